@@ -1,0 +1,1 @@
+"""First-party llamay backends, each a plugin registered through the `llamay` entry points."""

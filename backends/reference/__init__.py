@@ -1,0 +1,1 @@
+"""The reference backend: unfused, obvious NumPy. It is the definition every backend must match."""

@@ -1,0 +1,77 @@
+"""KV pages in host memory for the reference backend, in the spec's dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+from llamay_core.backend_api import KvSpec
+from llamay_backends.reference.kv_codec import VQ8_BLOCK, vq8_decode, vq8_encode
+
+
+class ReferencePageStore:
+    """Per layer, K and V arrays [max_pages, page_size, width].
+
+    np.zeros maps untouched memory lazily, so a large max_pages costs only what is written.
+    """
+
+    def __init__(self, spec: KvSpec) -> None:
+        if spec.dtype == "vq8" and (spec.key_dim % VQ8_BLOCK or spec.value_dim % VQ8_BLOCK):
+            raise ValueError(f"vq8 needs head sizes divisible by {VQ8_BLOCK}")
+        self.spec = spec
+        self._arrays: list[np.ndarray] = []  # per layer: k, v, (k scales, v scales for vq8)
+        for _ in range(spec.n_layers):
+            for width in (spec.n_kv_heads * spec.key_dim, spec.n_kv_heads * spec.value_dim):
+                self._arrays.append(self._alloc(width))
+            if spec.dtype == "vq8":
+                for width in (spec.n_kv_heads * spec.key_dim, spec.n_kv_heads * spec.value_dim):
+                    self._arrays.append(np.zeros((spec.max_pages, spec.page_size, width // VQ8_BLOCK), np.float16))
+
+    def _alloc(self, width: int) -> np.ndarray:
+        dtype = {"f32": np.float32, "f16": np.float16, "vq8": np.int8}[self.spec.dtype]
+        return np.zeros((self.spec.max_pages, self.spec.page_size, width), dtype)
+
+    def _layer(self, layer: int) -> list[np.ndarray]:
+        per = 4 if self.spec.dtype == "vq8" else 2  # k, v, then k and v scales for vq8
+        return self._arrays[layer * per: layer * per + per]
+
+    def write(self, layer: int, pages: np.ndarray, slots: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+        arrays = self._layer(layer)
+        if self.spec.dtype == "vq8":
+            kq, kd = vq8_encode(k)
+            vq, vd = vq8_encode(v)
+            arrays[0][pages, slots] = kq
+            arrays[1][pages, slots] = vq
+            arrays[2][pages, slots] = kd
+            arrays[3][pages, slots] = vd
+        else:
+            arrays[0][pages, slots] = k
+            arrays[1][pages, slots] = v
+
+    def gather(self, layer: int, page_table: np.ndarray, length: int) -> tuple[np.ndarray, np.ndarray]:
+        """K and V [length, width] as float32 for one sequence."""
+        arrays = self._layer(layer)
+        n = (length + self.spec.page_size - 1) // self.spec.page_size
+        pages = page_table[:n]
+        out = []
+        for i in range(2):
+            a = arrays[i][pages].reshape(n * self.spec.page_size, -1)[:length]
+            if self.spec.dtype == "vq8":
+                d = arrays[2 + i][pages].reshape(n * self.spec.page_size, -1)[:length]
+                a = vq8_decode(a, d)
+            out.append(a.astype(np.float32))
+        return out[0], out[1]
+
+    def read_page(self, page: int) -> bytes:
+        return b"".join(a[page].tobytes() for a in self._arrays)
+
+    def write_page(self, page: int, data: bytes) -> None:
+        offset = 0
+        for a in self._arrays:
+            n = a[page].nbytes
+            a[page] = np.frombuffer(data, a.dtype, count=a[page].size, offset=offset).reshape(a[page].shape)
+            offset += n
+        if offset != len(data):
+            raise ValueError(f"page data is {len(data)} bytes, expected {offset}")
+
+    def copy_page(self, src: int, dst: int) -> None:
+        for a in self._arrays:
+            a[dst] = a[src]

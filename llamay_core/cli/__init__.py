@@ -1,0 +1,1 @@
+"""The `llamay` command line: one module per subcommand, all thin consumers of the engine."""

@@ -1,0 +1,93 @@
+"""`llamay version`: what is installed, what each backend can do here, and what it was checked on."""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-v", "--verbose", action="store_true", help="also limits, features and KV sizes")
+
+
+def cpu_features() -> list[str]:
+    wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "neon", "asimd", "i8mm")
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    have = set(line.split(":", 1)[1].split())
+                    return [w for w in wanted if w in have]
+    except OSError:
+        pass
+    return []
+
+
+def blas_name() -> str:
+    import numpy as np
+
+    try:
+        config = np.show_config(mode="dicts")
+        blas = config.get("Build Dependencies", {}).get("blas", {})
+        return f"{blas.get('name', '?')} {blas.get('version', '')}".strip()
+    except Exception:
+        return "unknown"
+
+
+def backend_rows(verbose: bool) -> list[str]:
+    from llamay_core.plugins_runtime.manager import get_registry
+    from llamay_core.state.records import all_records
+
+    registry = get_registry()
+    records = all_records()
+    rows = []
+    for info in sorted(registry.backends.values(), key=lambda b: (-b.priority, b.name)):
+        package = registry.distributions.get(info.plugin, "?")
+        try:
+            backend = info.create()
+            availability = backend.probe()
+        except Exception as exc:
+            rows.append(f"  {info.name:<10} {package:<16} unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            continue
+        if not availability.available:
+            rows.append(f"  {info.name:<10} {package:<16} unavailable: {availability.reason}")
+            continue
+        caps = backend.capabilities
+        mine = [r for r in records if r.backend == info.name and r.backend_version == str(getattr(backend, 'version', ''))]
+        if info.name == "reference":
+            checked = "the reference (defines correctness)"
+        elif mine:
+            checked = "; ".join(f"{'PASS' if r.passed else 'FAIL'} {r.level} on model {r.model_hash}" for r in mine)
+        else:
+            checked = "no conformance record yet"
+        from llamay_core.graph.ops import OP_NAMES
+
+        coverage = f"{len(caps.ops & OP_NAMES)}/{len(OP_NAMES)} ops"
+        rows.append(f"  {info.name:<10} {package:<16} available  {availability.device}")
+        rows.append(f"  {'':<10} types {','.join(sorted(caps.weight_types))[:90]}")
+        rows.append(f"  {'':<10} {coverage} · kv {','.join(sorted(caps.kv_dtypes))} · conformance: {checked}")
+        if verbose and availability.details:
+            for key, value in availability.details.items():
+                rows.append(f"  {'':<10} {key}: {value}")
+    for failure in registry.failures:
+        rows.append(f"  plugin {failure.plugin} failed to load: {failure.error}")
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from llamay_core.version import __version__
+
+    print(f"llamay {__version__}")
+    print(f"python {platform.python_version()} ({sys.executable}) · numpy {np.__version__} · blas {blas_name()}")
+    print(f"cpu {platform.machine()} · simd {'+'.join(cpu_features()) or 'unknown'}")
+    print("backends:")
+    for row in backend_rows(args.verbose):
+        print(row)
+    if args.verbose:
+        from llamay_core.plugins_runtime.manager import get_registry
+
+        print("families: " + ", ".join(sorted(get_registry().families)))
+        print("kv dtypes: f32 4 B, f16 2 B, vq8 1.0625 B per cached value (int8 + f16 scale per 32)")
+    return 0

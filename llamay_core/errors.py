@@ -34,3 +34,9 @@ class ContextOverflowError(LlamayError):
 
 class UsageError(LlamayError):
     """A bad argument value from a user."""
+
+
+class CorrectnessGateError(LlamayError):
+    """A backend whose tokens disagree with reference: no numbers are reported (exit 3)."""
+
+    exit_code = 3

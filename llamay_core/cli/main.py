@@ -13,6 +13,8 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "pull": ("fetch a model by name", "llamay_core.cli.pull_cmd", "configure_pull", "run_pull"),
     "models": ("list known models", "llamay_core.cli.pull_cmd", "configure_models", "run_models"),
     "ppl": ("perplexity on a text file", "llamay_core.cli.ppl_cmd", "configure", "run"),
+    "benchfork": ("questions forked from one prefix vs from scratch", "llamay_core.cli.benchfork_cmd", "configure", "run"),
+    "bench": ("measure prefill, decode and the state engine", "llamay_core.cli.bench_cmd", "configure", "run"),
 }
 
 

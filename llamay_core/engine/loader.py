@@ -76,12 +76,6 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     path = resolve_model(spec_text)
     gguf = open_gguf(path)
     spec = build_spec(gguf)
-    from llamay_core.tokenizer import Tokenizer
-
-    try:
-        tokenizer = Tokenizer.from_metadata(gguf.metadata)
-    except (ValueError, KeyError) as exc:
-        raise ModelFileError(path, f"tokenizer: {exc}") from None
     hp = spec.hparams
     ctx = min(n_ctx or DEFAULT_CTX, hp.context_length) if n_ctx is None else n_ctx
     if ctx < 1:
@@ -100,6 +94,12 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     if kv_dtype not in caps.kv_dtypes:
         raise UsageError(f"backend {backend_name!r} does not store KV as {kv_dtype} "
                          f"(it offers {', '.join(sorted(caps.kv_dtypes))})")
+    from llamay_core.tokenizer import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_metadata(gguf.metadata)
+    except (ValueError, KeyError) as exc:
+        raise ModelFileError(path, f"tokenizer: {exc}") from None
     pages_per_seq = -(-ctx // page_size)
     kv_spec = KvSpec(n_layers=hp.n_layers, n_kv_heads=hp.n_kv_heads, key_dim=hp.key_dim, value_dim=hp.value_dim,
                      page_size=page_size, max_pages=pages_per_seq * max(n_seq, 1) + 64, dtype=kv_dtype)

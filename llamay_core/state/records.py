@@ -6,6 +6,7 @@ per (backend, backend version, model hash) under $LLAMAY_HOME/conformance/.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,9 @@ class ConformanceRecord:
 
 
 def records_dir() -> Path:
-    return llamay_home() / "conformance"
+    """$LLAMAY_RECORDS_DIR if set (tests use a scratch folder), else $LLAMAY_HOME/conformance."""
+    override = os.environ.get("LLAMAY_RECORDS_DIR")
+    return Path(override) if override else llamay_home() / "conformance"
 
 
 def _path(backend: str, backend_version: str, model_hash: str, level: str) -> Path:

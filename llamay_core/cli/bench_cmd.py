@@ -1,0 +1,127 @@
+"""`llamay bench`: prefill, decode and ttft (and the state engine with -forks), best of -reps."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    model_flag(p)
+    flag(p, "prompt", type=non_negative_int, default=512, help="prompt tokens (0 skips prefill)")
+    flag(p, "gen", type=non_negative_int, default=128, help="generated tokens (0 skips decode)")
+    flag(p, "reps", "-r", type=positive_int, default=3, help="repetitions; the best is reported")
+    flag(p, "threads", "-t", type=positive_int, default=None, help="threads (default: physical cores)")
+    flag(p, "kv", default="f32", help="KV cache dtype: f32, f16, vq8")
+    flag(p, "ubatch", "-ub", type=positive_int, default=256, help="prefill tile width")
+    flag(p, "o", default="md", choices=["md", "json", "jsonl", "csv", "sql"], help="output format")
+    flag(p, "pg", default=None, help="P,G: a P-token prompt then G generated tokens, timed together")
+    flag(p, "d", "-depth", type=non_negative_int, default=0, help="measure with DEPTH tokens already cached")
+    flag(p, "sweep", action="store_true", help="prefill across tile widths")
+    flag(p, "progress", action="store_true", help="progress on stderr")
+    flag(p, "forks", type=non_negative_int, default=0, help="also measure fork xN, snapshot and restore")
+    backend_flag(p)
+
+
+def default_threads() -> int:
+    """Physical cores: hyper-threads share a core's vector units and only contend."""
+    try:
+        cores = set()
+        with open("/proc/cpuinfo") as f:
+            phys = core = None
+            for line in f:
+                if line.startswith("physical id"):
+                    phys = line.split(":")[1].strip()
+                elif line.startswith("core id"):
+                    core = line.split(":")[1].strip()
+                    cores.add((phys, core))
+        if cores:
+            return min(len(cores), len(os.sched_getaffinity(0)))
+    except (OSError, AttributeError):
+        pass
+    return os.cpu_count() or 1
+
+
+def run(args: argparse.Namespace) -> int:
+    import llamay
+    from llamay_core.bench.gate import check_backend
+    from llamay_core.bench.measure import Bench, Sample
+    from llamay_core.bench.report import FORMATS, markdown
+    from llamay_core.cli.version_cmd import cpu_features
+    from llamay_core.errors import UsageError
+    from llamay_core.files.model_names import DEFAULT_MODEL
+    from llamay_core.version import __version__
+
+    pg = None
+    if args.pg:
+        try:
+            pg = tuple(int(x) for x in args.pg.split(","))
+            assert len(pg) == 2 and pg[0] >= 1 and pg[1] >= 1
+        except (ValueError, AssertionError):
+            raise UsageError(f"-pg expects P,G with both >= 1, got {args.pg!r}") from None
+    threads = args.threads or default_threads()
+    n_ctx = max(args.prompt + args.d, args.d + args.gen + 1, (pg[0] + pg[1]) if pg else 0, 256) + 16
+    progress = (lambda line: sys.stderr.write(line + "\n")) if args.progress else None
+    t0 = time.perf_counter()
+    m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
+                    ubatch=args.ubatch, n_seq=max(2, args.forks + 2))
+    load_seconds = time.perf_counter() - t0
+    if hasattr(m.backend, "set_threads"):
+        m.backend.set_threads(threads)
+    check_backend(m)  # raises (exit 3) before any number is printed
+
+    bench = Bench(m, reps=args.reps, progress=progress)
+    warm = m.context()  # warm-up: first calls pay one-off costs that are not part of any rate
+    warm_t0 = time.perf_counter()
+    warm.extend(list(range(1, 9)))
+    warm.extend([1])
+    warm.close()
+    warmup_seconds = time.perf_counter() - warm_t0
+
+    samples: list[Sample] = []
+    prefill = None
+    if args.prompt:
+        prefill = bench.prefill(args.prompt, depth=args.d)
+        samples.append(prefill)
+    if args.gen:
+        samples.append(bench.decode(args.gen, depth=args.d))
+    if prefill is not None:
+        samples.append(Sample("ttft", "ttft", args.prompt, seconds=list(prefill.seconds), note="time to first token"))
+    if pg:
+        samples.append(bench.prompt_then_generate(*pg))
+    if args.sweep and args.prompt:
+        widths = [w for w in (32, 64, 128, 256, 512) if w <= max(args.prompt, 32)]
+        samples.extend(bench.sweep(args.prompt, widths))
+    extra_lines: list[str] = []
+    if args.forks:
+        if not prefill:
+            raise UsageError("-forks needs a prompt (-prompt N > 0)")
+        state = bench.state_engine(args.prompt, args.forks, prefill.best)
+        samples.extend(state)
+        extra_lines.append(f"Restoring a {args.prompt}-token context is {state[2].extra['speedup']:.1f}x "
+                           "faster than recomputing it.")
+    describe = m.backend.describe() if hasattr(m.backend, "describe") else {}
+    if hasattr(m.backend, "bench_lines"):
+        extra_lines = list(m.backend.bench_lines()) + extra_lines
+    compile_s = getattr(m.backend, "compile_seconds", None)
+    extra_lines.append(
+        f"load {load_seconds:.2f}s" + (f" (kernel compile {compile_s:.2f}s)" if compile_s else "")
+        + f" · warm-up {warmup_seconds:.2f}s · neither counted in any rate")
+    info = m.info
+    cond = {
+        "llamay_version": __version__, "model_name": m.display_name, "model_file": os.path.basename(info["path"]),
+        "model_hash": info["model_hash"], "architecture": info["architecture"], "backend": m.backend_name,
+        "device": m.backend.probe().device, "threads": threads,
+        "kernels": describe.get("kernels", "+".join(f for f in cpu_features() if f in ("avx2", "fma", "neon", "i8mm")) or "generic"),
+        "matmul": describe.get("matmul", m.backend_name), "gemm": describe.get("gemm", "numpy blas"),
+        "repack": describe.get("repack", "off"), "kv_dtype": m.kv_spec.dtype,
+        "kv_bytes_per_token": m.kv_spec.bytes_per_token(), "weights_mib": info["weights_bytes"] / 2**20,
+        "n_ctx": info["context_length"], "n_prompt": args.prompt, "n_gen": args.gen, "n_depth": args.d,
+        "ubatch": m.forward.ubatch, "reps": args.reps, "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    formatter = FORMATS[args.o]
+    print(markdown(cond, samples, extra_lines) if formatter is None else formatter(cond, samples))
+    return 0

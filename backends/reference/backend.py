@@ -13,7 +13,7 @@ from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
 from llamay_backends.reference import ops
-from llamay_backends.reference.page_store import ReferencePageStore
+from llamay_core.state.host_pages import HostPageStore
 
 # Every type gguf.quants can dequantize: the reference accepts whatever the file holds.
 WEIGHT_TYPES = frozenset(t.name for t in GGMLQuantizationType
@@ -55,17 +55,17 @@ class ReferenceBackend:
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> ReferenceWeights:
         return ReferenceWeights(tensors)
 
-    def kv_store(self, spec: KvSpec) -> ReferencePageStore:
-        return ReferencePageStore(spec)
+    def kv_store(self, spec: KvSpec) -> HostPageStore:
+        return HostPageStore(spec)
 
-    def compile(self, graph: Graph, weights: ReferenceWeights, store: ReferencePageStore) -> Callable[[Batch], np.ndarray]:
+    def compile(self, graph: Graph, weights: ReferenceWeights, store: HostPageStore) -> Callable[[Batch], np.ndarray]:
         return ReferenceExecutable(graph, weights, store)
 
 
 class ReferenceExecutable:
     """Walks the graph for each batch. No fusion, no caching of activations: obvious on purpose."""
 
-    def __init__(self, graph: Graph, weights: ReferenceWeights, store: ReferencePageStore) -> None:
+    def __init__(self, graph: Graph, weights: ReferenceWeights, store: HostPageStore) -> None:
         self.graph, self.weights, self.store = graph, weights, store
 
     def __call__(self, batch: Batch) -> np.ndarray:

@@ -7,12 +7,12 @@ import pytest
 from llamay_core.backend_api import KvSpec
 from llamay_core.engine.kv_pages import PagePool, SequenceKV
 from llamay_core.errors import ContextOverflowError
-from llamay_backends.reference.page_store import ReferencePageStore
+from llamay_core.state.host_pages import HostPageStore
 
 
 def make_pool(max_pages=8, page_size=4, dtype="f32"):
     spec = KvSpec(n_layers=2, n_kv_heads=1, key_dim=32, value_dim=32, page_size=page_size, max_pages=max_pages, dtype=dtype)
-    return PagePool(ReferencePageStore(spec))
+    return PagePool(HostPageStore(spec))
 
 
 def test_fork_allocates_nothing_and_cow_copies_one_page():

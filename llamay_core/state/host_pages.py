@@ -1,13 +1,18 @@
-"""KV pages in host memory for the reference backend, in the spec's dtype."""
+"""KV pages in host memory, in the spec's dtype: the standard page layout for CPU-side backends.
+
+Per layer, K and V arrays [max_pages, page_size, width] (int8 plus f16 scales for vq8). A page's
+bytes are every layer's slices concatenated in that order, so snapshots taken on one backend that
+uses this layout restore on any other that does.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from llamay_core.backend_api import KvSpec
-from llamay_backends.reference.kv_codec import VQ8_BLOCK, vq8_decode, vq8_encode
+from llamay_core.state.kv_codec import VQ8_BLOCK, vq8_decode, vq8_encode
 
 
-class ReferencePageStore:
+class HostPageStore:
     """Per layer, K and V arrays [max_pages, page_size, width].
 
     np.zeros maps untouched memory lazily, so a large max_pages costs only what is written.

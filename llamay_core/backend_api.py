@@ -78,7 +78,8 @@ class Batch:
     Token ``t`` belongs to sequence ``seq_index[t]`` and sits at ``positions[t]``; its K/V go to
     page ``page_tables[s][p // page_size]`` at slot ``p % page_size``. ``kv_lens[s]`` is the
     sequence's length after this pass. ``logit_rows`` are the token rows whose logits are
-    returned, in order.
+    returned, in order. ``inputs``/``outputs`` carry activations across a graph split (the
+    ``input`` and ``export`` ops); they are empty for a graph that runs on one backend.
     """
 
     tokens: np.ndarray  # int32 [T]
@@ -87,6 +88,9 @@ class Batch:
     page_tables: list[np.ndarray]  # per sequence, int32 page ids
     kv_lens: np.ndarray  # int32 [S]
     logit_rows: np.ndarray  # int32 [R]
+    # Graph splits only: values for `input` ops, and where `export` ops put theirs.
+    inputs: dict[str, np.ndarray] = attrs.Factory(dict)
+    outputs: dict[str, np.ndarray] = attrs.Factory(dict)
 
     @property
     def n_tokens(self) -> int:

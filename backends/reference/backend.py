@@ -46,7 +46,7 @@ class ReferenceWeights:
 class ReferenceBackend:
     name = "reference"
     version = "1"
-    capabilities = Capabilities(ops=G.OP_NAMES, weight_types=WEIGHT_TYPES,
+    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES,
                                 kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=1 << 20)
 
     def probe(self) -> Availability:
@@ -109,6 +109,11 @@ class ReferenceExecutable:
             return ops.softcap(values[node.x], node.cap)
         if isinstance(node, G.SelectRows):
             return values[node.x][batch.logit_rows]
+        if isinstance(node, G.Input):
+            return np.asarray(batch.inputs[node.out], np.float32)
+        if isinstance(node, G.Export):
+            batch.outputs[node.x] = values[node.x]
+            return None
         raise NotImplementedError(f"reference backend has no op {node.name!r}")
 
     def kv_write(self, node: G.KvWrite, values: dict[str, np.ndarray], batch: Batch) -> None:

@@ -23,6 +23,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "sweep", action="store_true", help="prefill across tile widths")
     flag(p, "progress", action="store_true", help="progress on stderr")
     flag(p, "forks", type=non_negative_int, default=0, help="also measure fork xN, snapshot and restore")
+    flag(p, "spec", choices=["ngram"], default=None, help="compare speculative (ngram) against plain decoding")
+    flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="tokens drafted per pass")
     backend_flag(p)
 
 
@@ -73,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         m.backend.set_threads(threads)
     check_backend(m)  # raises (exit 3) before any number is printed
 
+    if args.spec:
+        return _bench_speculative(m, args, progress)
     bench = Bench(m, reps=args.reps, progress=progress)
     warm = m.context()  # warm-up: first calls pay one-off costs that are not part of any rate
     warm_t0 = time.perf_counter()
@@ -124,4 +128,16 @@ def run(args: argparse.Namespace) -> int:
     }
     formatter = FORMATS[args.o]
     print(markdown(cond, samples, extra_lines) if formatter is None else formatter(cond, samples))
+    return 0
+
+
+def _bench_speculative(m, args: argparse.Namespace, progress) -> int:
+    """`-spec ngram`: plain against speculative decoding of -gen tokens on two prompts."""
+    from llamay_core.speculative import SpeculativeConfig
+    from llamay_core.speculative.bench import bench_speculative, report_lines
+
+    config = SpeculativeConfig(args.spec, draft_max=args.spec_draft_max)
+    results = bench_speculative(m, config, n_gen=args.gen or 96, reps=args.reps, progress=progress)
+    print(f"{m.display_name} · backend {m.backend_name} · generate {args.gen or 96} · best of {args.reps}")
+    print("\n".join(report_lines(results)))
     return 0

@@ -15,6 +15,7 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str, str, str]] = {
     "ppl": ("perplexity on a text file", "llamay_core.cli.ppl_cmd", "configure", "run"),
     "benchfork": ("questions forked from one prefix vs from scratch", "llamay_core.cli.benchfork_cmd", "configure", "run"),
     "bench": ("measure prefill, decode and the state engine", "llamay_core.cli.bench_cmd", "configure", "run"),
+    "serve": ("an OpenAI-compatible server", "llamay_core.cli.serve_cmd", "configure", "run"),
 }
 
 

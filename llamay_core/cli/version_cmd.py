@@ -63,6 +63,8 @@ def backend_rows(verbose: bool) -> list[str]:
         from llamay_core.graph.ops import OP_NAMES
 
         coverage = f"{len(caps.ops & OP_NAMES)}/{len(OP_NAMES)} ops"
+        if OP_NAMES - caps.ops:  # those run on the fallback backend (engine/split.py)
+            coverage += f" (lacks {','.join(sorted(OP_NAMES - caps.ops))}: split to fallback)"
         rows.append(f"  {info.name:<10} {package:<16} available  {availability.device}")
         rows.append(f"  {'':<10} types {','.join(sorted(caps.weight_types))[:90]}")
         rows.append(f"  {'':<10} {coverage} · kv {','.join(sorted(caps.kv_dtypes))} · conformance: {checked}")

@@ -49,6 +49,18 @@ class Context:
             self.model.prefix_cache.insert(self.seq, self.tokens)
         return logits
 
+    def extend_all(self, ids: Sequence[int]) -> np.ndarray:
+        """Run `ids` in one pass after the current tokens; logits at every one of them [n, V].
+
+        Speculative decoding verifies its drafts this way, then `truncate`s the rejected ones.
+        """
+        ids = list(ids)
+        rows = self.model.forward.run(self.seq, ids, all_logits=True)
+        self.last_cached_tokens = 0
+        self.tokens.extend(ids)
+        self._last_logits = rows[-1]
+        return rows
+
     def last_logits(self) -> np.ndarray:
         """Logits after the last token (recomputed from the cache by re-running that one token)."""
         if self._last_logits is None:

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import attrs
 import numpy as np
@@ -24,6 +24,17 @@ class GenerationStats:
     generated_tokens: int = 0
     generate_seconds: float = 0.0
     finish_reason: str = ""
+    speculative: Any = None  # SpeculativeStats when drafting
+    constraint: Any = None  # ConstraintStats when the output is constrained
+
+    def lines(self) -> list[str]:
+        """Every `-stats` line: the main one, then drafting and mask cost when they applied."""
+        out = [self.line()]
+        if self.speculative is not None:
+            out.append(self.speculative.line())
+        if self.constraint is not None:
+            out.append(self.constraint.line(self.generate_seconds))
+        return out
 
     def line(self) -> str:
         """The `-stats` line: prompt and generation rates and why it stopped."""
@@ -40,7 +51,10 @@ class Generation:
     """One request's decoding loop over a Context: prompt ids in, tokens and text out."""
 
     def __init__(self, ctx: "Context", prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int,
-                 stop: Sequence[str] = (), ignore_eos: bool = False) -> None:
+                 stop: Sequence[str] = (), ignore_eos: bool = False, speculative: Any = None,
+                 constraint: Any = None) -> None:
+        """speculative: a SpeculativeConfig (drafts verified in one target pass; same output).
+        constraint: a `llamay_core.constrain` Constraint masking every token's logits."""
         self.ctx = ctx
         self.prompt_ids = list(prompt_ids)
         self.params = params
@@ -48,7 +62,11 @@ class Generation:
         self.max_tokens = max_tokens
         self.stop = [s for s in stop if s]
         self.ignore_eos = ignore_eos
+        self.speculative = speculative
+        self.constraint = constraint
         self.stats = GenerationStats()
+        if constraint is not None:
+            self.stats.constraint = constraint.stats
         self.generated: list[int] = []
 
     def tokens(self) -> Iterator[int]:
@@ -63,8 +81,13 @@ class Generation:
         history = list(self.ctx.tokens)
         t1 = time.perf_counter()
         try:
+            if self.speculative is not None:
+                from llamay_core.speculative.decode import speculative_tokens
+
+                yield from speculative_tokens(self, logits, history)
+                return
             while len(self.generated) < self.max_tokens:
-                token = self.sampler.sample(logits, history)
+                token = self._pick(logits, history)
                 self.generated.append(token)
                 history.append(token)
                 self.stats.generated_tokens = len(self.generated)
@@ -72,12 +95,24 @@ class Generation:
                     self.stats.finish_reason = "eos"
                     return
                 yield token
+                if self.constraint is not None and self.constraint.finished:
+                    self.stats.finish_reason = "stop"
+                    return
                 if len(self.generated) >= self.max_tokens:
                     break
                 logits = self.ctx.extend([token])
             self.stats.finish_reason = self.stats.finish_reason or "length"
         finally:
             self.stats.generate_seconds = time.perf_counter() - t1
+
+    def _pick(self, logits: np.ndarray, history: Sequence[int]) -> int:
+        """Sample the next token, within the constraint's allowed tokens when there is one."""
+        if self.constraint is None:
+            return self.sampler.sample(logits, history)
+        token = self.sampler.sample(self.constraint.mask_logits(logits), history)
+        if token not in self.ctx.model.tokenizer.eog_ids:
+            self.constraint.advance(token)
+        return token
 
     def text(self) -> Iterator[str]:
         """Yield text pieces; stop strings end the text and are never shown."""

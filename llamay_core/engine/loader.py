@@ -89,9 +89,7 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     caps = backend_obj.capabilities
     check_weight_types(gguf, spec, backend_name, caps.weight_types)
     missing_ops = spec.graph.op_names() - set(caps.ops)
-    if missing_ops:
-        raise BackendError(f"backend {backend_name!r} lacks ops {', '.join(sorted(missing_ops))}")
-    if kv_dtype not in caps.kv_dtypes:
+    if kv_dtype not in caps.kv_dtypes and not missing_ops:
         raise UsageError(f"backend {backend_name!r} does not store KV as {kv_dtype} "
                          f"(it offers {', '.join(sorted(caps.kv_dtypes))})")
     from llamay_core.tokenizer import Tokenizer
@@ -103,9 +101,14 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     pages_per_seq = -(-ctx // page_size)
     kv_spec = KvSpec(n_layers=hp.n_layers, n_kv_heads=hp.n_kv_heads, key_dim=hp.key_dim, value_dim=hp.value_dim,
                      page_size=page_size, max_pages=pages_per_seq * max(n_seq, 1) + 64, dtype=kv_dtype)
-    weights = backend_obj.load_weights({n: gguf.tensors[n] for n in spec.graph.weight_names()})
-    store = backend_obj.kv_store(kv_spec)
-    executable = backend_obj.compile(spec.graph, weights, store)
+    if missing_ops:  # the ops it lacks run on a fallback backend (engine/split.py)
+        from llamay_core.engine.split import compile_split
+
+        store, executable = compile_split(spec.graph, gguf.tensors, kv_spec, backend_name, backend_obj, create_backend)
+    else:
+        weights = backend_obj.load_weights({n: gguf.tensors[n] for n in spec.graph.weight_names()})
+        store = backend_obj.kv_store(kv_spec)
+        executable = backend_obj.compile(spec.graph, weights, store)
     display = spec_text if spec_text in KNOWN_MODELS else str(gguf.metadata.get("general.name") or path.stem)
     m = Model(gguf=gguf, spec=spec, tokenizer=tokenizer, backend_name=backend_name, backend=backend_obj,
               kv_spec=kv_spec, store=store, executable=executable, n_ctx=ctx,

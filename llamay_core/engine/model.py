@@ -86,26 +86,44 @@ class Model:
     def generate(self, prompt: Sequence[int] | str = "", max_tokens: int = 64, temperature: float = 0.0,
                  seed: int | None = None, stream: bool = False, *, top_k: int = 0, top_p: float = 1.0,
                  min_p: float = 0.0, repeat_penalty: float = 1.0, stop: Sequence[str] = (),
-                 context: Context | None = None, ignore_eos: bool = False) -> str | Iterator[str]:
-        """Continue `prompt` (text or ids); a str, or text pieces as they come when `stream`."""
+                 context: Context | None = None, ignore_eos: bool = False, speculative: Any = None,
+                 json_schema: Any = None, grammar: str | None = None, regex: str | None = None) -> str | Iterator[str]:
+        """Continue `prompt` (text or ids); a str, or text pieces as they come when `stream`.
+
+        speculative: "ngram" (prompt lookup), a draft Model or its name, or a SpeculativeConfig;
+        the output is the same as without it (greedy: the same tokens). json_schema (a dict, JSON
+        text or a file path), grammar (GBNF or Lark text) or regex constrain the output.
+        """
         if max_tokens < 1:
             raise UsageError(f"max_tokens must be >= 1, got {max_tokens}")
         params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                 repeat_penalty=repeat_penalty, seed=seed)
-        gen = self.start_generation(prompt, params, max_tokens, stop=stop, context=context, ignore_eos=ignore_eos)
+        constraint = None
+        if json_schema is not None or grammar is not None or regex is not None:
+            from llamay_core.constrain.sources import constraint_from_options
+
+            constraint = constraint_from_options(self, json_schema=json_schema, grammar=grammar, regex=regex)
+        gen = self.start_generation(prompt, params, max_tokens, stop=stop, context=context, ignore_eos=ignore_eos,
+                                    speculative=speculative, constraint=constraint)
         pieces = self._run(gen, context is None)
         return pieces if stream else "".join(pieces)
 
     def start_generation(self, prompt: Sequence[int] | str, params: SamplingParams, max_tokens: int,
                          stop: Sequence[str] = (), context: Context | None = None,
-                         ignore_eos: bool = False) -> Generation:
+                         ignore_eos: bool = False, speculative: Any = None, constraint: Any = None) -> Generation:
+        """A Generation ready to stream. speculative: as in `generate`; constraint: a
+        `llamay_core.constrain` Constraint (see `constraint_from_response_format`)."""
+        from llamay_core.speculative.config import speculative_config
+
+        spec = speculative_config(speculative, self)
         ctx = context if context is not None else self.context()
         ids = self._prompt_ids(prompt, first=not ctx.tokens)
         if not ids and not ctx.tokens:
             raise UsageError("empty prompt")
         if len(ctx.tokens) + len(ids) > self.n_ctx:
             raise ContextOverflowError(f"prompt of {len(ctx.tokens) + len(ids)} tokens exceeds the context of {self.n_ctx}")
-        return Generation(ctx, ids, params, max_tokens, stop=stop, ignore_eos=ignore_eos)
+        return Generation(ctx, ids, params, max_tokens, stop=stop, ignore_eos=ignore_eos, speculative=spec,
+                          constraint=constraint)
 
     def _run(self, gen: Generation, owns_context: bool) -> Iterator[str]:
         try:

@@ -167,6 +167,31 @@ class SelectRows:
     name = "select_rows"
 
 
+@attrs.frozen
+class Input:
+    """out = batch.inputs[out]: an activation [rows, width] handed in by the engine.
+
+    Plumbing for graph splits (llamay_core/engine/split.py): a segment of the graph running on
+    another backend produced this value. Not part of any model graph; a backend that declares
+    `input` and `export` can share a graph with the fallback backend.
+    """
+
+    out: str
+    width: int
+    name = "input"
+
+
+@attrs.frozen
+class Export:
+    """batch.outputs[x] = x as a float32 host array: a value a later graph segment needs."""
+
+    x: str
+    name = "export"
+
+
 OP_TYPES = (Embed, RmsNorm, MatMul, Add, Mul, Scale, Rope, KvWrite, Attention, SiluMul, GeluMul,
             Softcap, SelectRows)
 OP_NAMES = frozenset(t.name for t in OP_TYPES)
+# Ops that only move activations between backends when a graph is split; not model math.
+SPLIT_OP_TYPES = (Input, Export)
+SPLIT_OP_NAMES = frozenset(t.name for t in SPLIT_OP_TYPES)

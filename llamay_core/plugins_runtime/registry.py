@@ -1,7 +1,9 @@
 """What plugins register: backends, families and commands, as plain attrs records."""
 from __future__ import annotations
 
+import hashlib
 import importlib
+from pathlib import Path
 from typing import Any, Callable
 
 import attrs
@@ -16,6 +18,21 @@ def import_object(spec: str) -> Any:
     for part in filter(None, attr_path.split(".")):
         obj = getattr(obj, part)
     return obj
+
+
+def source_fingerprint(package_file: str, base: str = "1") -> str:
+    """A backend version that changes whenever the backend's source files change.
+
+    Conformance records are keyed by backend version, so a record made before an edit to a
+    kernel never vouches for the edited kernel. Call with the backend package's `__file__`.
+    """
+    folder = Path(package_file).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if path.suffix in (".py", ".comp", ".spv", ".wgsl", ".cu", ".cuh", ".metal") and "__pycache__" not in path.parts:
+            h.update(path.relative_to(folder).as_posix().encode())
+            h.update(path.read_bytes())
+    return f"{base}+{h.hexdigest()[:10]}"
 
 
 @attrs.frozen

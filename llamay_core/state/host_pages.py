@@ -34,6 +34,10 @@ class HostPageStore:
         dtype = {"f32": np.float32, "f16": np.float16, "vq8": np.int8}[self.spec.dtype]
         return np.zeros((self.spec.max_pages, self.spec.page_size, width), dtype)
 
+    def layer_arrays(self, layer: int) -> list[np.ndarray]:
+        """The layer's arrays: K and V, then K and V scales for vq8 (for backends' kernels)."""
+        return self._layer(layer)
+
     def _layer(self, layer: int) -> list[np.ndarray]:
         per = 4 if self.spec.dtype == "vq8" else 2  # k, v, then k and v scales for vq8
         return self._arrays[layer * per: layer * per + per]

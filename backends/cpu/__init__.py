@@ -1,0 +1,1 @@
+"""The cpu backend: Numba kernels over GGML block formats."""

@@ -1,0 +1,115 @@
+"""Numba kernels that compute with GGML block-format weights in place.
+
+A weight matrix is passed as uint8[rows, row_bytes]: its rows of blocks exactly as they
+sit in the GGUF file (`raw_rows` makes that view). Decode never builds a float copy of
+a quantized weight: each kernel unpacks 16 quants at a time into SIMD registers and
+multiplies them with x there.
+
+Public surface:
+    matvec(code, w, x, out)             decode, out = W @ x (fastest strategy per format)
+    matvec_float / matvec_q8            decode with float / int8 activations, explicitly
+    uses_q8(code)                       which of the two `matvec` runs on this CPU
+    matmul(code, w, X, OUT)             prefill, OUT = X @ W.T (dequantized tiles + BLAS)
+    matmul_fused / matmul_q8            measured alternative prefill strategies
+    dequantize_rows(code, w, ids, out)  embedding lookup, rows to float32
+    dequantize_range(code, w, r0, r1, out)
+    x_sums, dot_rows, quantize_q8, qdot_rows, deq_row   serial blocks for Numba callers
+    type_code, row_bytes, row_elems, raw_rows, SUPPORTED_TYPES, TYPE_CODE, TYPE_NAME
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+
+
+def _drop_stale_numba_cache() -> None:
+    """Delete this package's Numba cache files when any kernel source changed.
+
+    Numba validates a cached function only against its own file's timestamp, but the
+    kernels inline intrinsics from `_simd.py` and helpers from sibling modules, so an
+    edit there would otherwise keep serving stale machine code.
+    """
+    here = Path(__file__).resolve().parent
+    cache = here / "__pycache__"
+    digest = hashlib.sha256()
+    for src in sorted(here.glob("*.py")):
+        digest.update(src.name.encode())
+        digest.update(src.read_bytes())
+    stamp = cache / "llamay_kernels.srchash"
+    try:
+        if stamp.read_text() == digest.hexdigest():
+            return
+    except OSError:
+        pass
+    try:
+        for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
+            f.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest.hexdigest())
+    except OSError:  # read-only install: Numba then caches elsewhere or not at all
+        pass
+
+
+_drop_stale_numba_cache()
+
+from .formats import (  # noqa: E402
+    BF16,
+    F16,
+    F32,
+    Q2_K,
+    Q3_K,
+    Q4_0,
+    Q4_1,
+    Q4_K,
+    Q5_0,
+    Q5_1,
+    Q5_K,
+    Q6_K,
+    Q8_0,
+    SUPPORTED_TYPES,
+    TYPE_CODE,
+    TYPE_NAME,
+    row_bytes,
+    row_elems,
+    type_code,
+)
+from ._api import (  # noqa: E402
+    dequantize_range,
+    dequantize_rows,
+    matmul,
+    matmul_fused,
+    matmul_q8,
+    matvec,
+    matvec_float,
+    matvec_q8,
+    uses_q8,
+)
+from ._q8 import qdot_rows, quantize_q8  # noqa: E402
+from ._rows import deq_row, dot_rows, x_sums  # noqa: E402
+from ._simd import HAS_VNNI  # noqa: E402
+
+
+def raw_rows(data: np.ndarray, code: int, rows: int | None = None) -> np.ndarray:
+    """View tensor data (any dtype, C-contiguous) as the uint8[rows, row_bytes] the kernels take.
+
+    `rows` defaults to the leading dimension of `data`; a 1-D byte buffer needs it given.
+    No copy is made.
+    """
+    raw = np.ascontiguousarray(data).view(np.uint8)
+    if rows is None:
+        rows = data.shape[0] if data.ndim > 1 else 1
+    raw = raw.reshape(rows, -1)
+    row_elems(code, raw.shape[1])  # validates the row length for the format
+    return raw
+
+
+__all__ = [
+    "BF16", "F16", "F32", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
+    "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
+    "matvec", "matvec_float", "matvec_q8", "uses_q8", "HAS_VNNI",
+    "matmul", "matmul_fused", "matmul_q8", "dequantize_rows", "dequantize_range",
+    "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
+]

@@ -1,0 +1,316 @@
+"""Entry points: decode matvec, prefill matmul, row dequantization.
+
+All weights are uint8[rows, row_bytes] in their GGML format, as stored in the GGUF
+file (see `raw_rows`). Activations and outputs are C-contiguous float32.
+
+Everything but `matmul` is a Numba function, callable from Python and from other Numba
+code. Numba code that runs its own `prange` (a whole-layer kernel) should call the
+serial building blocks instead, one range of rows per task: `x_sums` + `dot_rows`
+(float activations) or `quantize_q8` + `x_sums` + `qdot_rows` (int8 activations),
+picking between them with `uses_q8(code)` as `matvec` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from . import formats as F
+from ._q8 import qdot_rows, quantize_q8
+from ._rows import deq_row, dot_rows, x_sums
+from ._simd import HAS_VNNI
+
+# Rows per parallel task: small enough that 2..16 threads get balanced work on the
+# smallest matrices (192-row k/v projections), large enough to amortize task overhead.
+ROWS_PER_TASK = 16
+# Rows of W dequantized per BLAS call in `matmul`: 128 rows x <=5k cols x 4 B stays
+# within a 2 MiB L2 while giving sgemm a big enough N to reach its peak.
+TILE_ROWS = 128
+# At or below this many tokens `matmul` runs the fused decode kernel per token:
+# dequantizing a tile costs about as much as two or three matvecs.
+SMALL_T = 2
+# Weights smaller than this (bytes) are multiplied on the calling thread: waking the
+# pool costs ~1-2 us, about what 32 KiB of weights takes on one core.
+SERIAL_BYTES = 32 * 1024
+
+_par = njit(parallel=True, fastmath=True, cache=True)
+
+
+@njit(cache=True)
+def _block(code):
+    # (elements, bytes) per block; GGML_QUANT_SIZES for the supported codes
+    if code == F.Q4_0:
+        return 32, 18
+    if code == F.Q4_1:
+        return 32, 20
+    if code == F.Q5_0:
+        return 32, 22
+    if code == F.Q5_1:
+        return 32, 24
+    if code == F.Q8_0:
+        return 32, 34
+    if code == F.Q2_K:
+        return 256, 84
+    if code == F.Q3_K:
+        return 256, 110
+    if code == F.Q4_K:
+        return 256, 144
+    if code == F.Q5_K:
+        return 256, 176
+    if code == F.Q6_K:
+        return 256, 210
+    if code == F.F32:
+        return 1, 4
+    if code == F.F16 or code == F.BF16:
+        return 1, 2
+    return 0, 0
+
+
+@njit(cache=True)
+def _check(code, w, cols):
+    # The SIMD loads do no bounds checks, so validate the geometry once here.
+    elems, nbytes = _block(code)
+    if elems == 0:
+        raise ValueError("unsupported GGML weight type")
+    if cols % elems != 0 or w.shape[1] != cols // elems * nbytes:
+        raise ValueError("weight row bytes do not match the activation length for this type")
+
+
+# Decode strategy per format, chosen from benchmarks/cpu_kernels.py: with VNNI the
+# int8-activation kernels win for every quantized format (byte-domain unpacking plus one
+# dot instruction per 32 quants); without it their generic fallback is slower than the
+# exact float kernels, so those are used.
+_Q8_DECODE = (
+    (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K) if HAS_VNNI else ()
+)
+# as a bit mask over type codes, which Numba freezes into a constant
+_Q8_MASK = sum(1 << c for c in _Q8_DECODE)
+
+
+@njit(cache=True)
+def uses_q8(code):
+    """Whether `matvec` quantizes x to int8 for weights of format `code` on this CPU."""
+    return 0 <= code < 63 and (_Q8_MASK >> code) & 1 == 1
+
+
+@njit(cache=True)
+def _is_float(code):
+    return code == F.F32 or code == F.F16 or code == F.BF16
+
+
+@njit(fastmath=True, cache=True)
+def _prep_float(x):
+    xs16 = np.empty(x.shape[0] // 16, np.float32)
+    xs32 = np.empty(x.shape[0] // 32, np.float32)
+    x_sums(x, xs16, xs32)
+    return xs16, xs32
+
+
+@njit(fastmath=True, cache=True)
+def _prep_q8(x):
+    cols = x.shape[0]
+    xq = np.empty(cols, np.int8)
+    xd = np.empty(cols // 32, np.float32)
+    xqs16 = np.empty(cols // 16, np.int32)
+    quantize_q8(x, xq, xd, xqs16)
+    xs16, xs32 = _prep_float(x)
+    return xq, xd, xqs16, xs16, xs32
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _matvec_float(code, w, x, out):
+    xs16, xs32 = _prep_float(x)
+    rows = w.shape[0]
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        dot_rows(code, w, x, xs16, xs32, out, r0, min(rows, r0 + ROWS_PER_TASK))
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _matvec_q8(code, w, x, out):
+    xq, xd, xqs16, xs16, xs32 = _prep_q8(x)
+    rows = w.shape[0]
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        qdot_rows(code, w, xq, xd, xqs16, xs16, xs32, out, r0, min(rows, r0 + ROWS_PER_TASK))
+
+
+@njit(fastmath=True, cache=True)
+def _matvec_serial(code, w, x, out, q8):
+    # below SERIAL_BYTES the parallel region's wake-up costs more than it saves
+    if q8:
+        xq, xd, xqs16, xs16, xs32 = _prep_q8(x)
+        qdot_rows(code, w, xq, xd, xqs16, xs16, xs32, out, 0, w.shape[0])
+    else:
+        xs16, xs32 = _prep_float(x)
+        dot_rows(code, w, x, xs16, xs32, out, 0, w.shape[0])
+
+
+@njit(cache=True)
+def _check_mv(code, w, x, out):
+    _check(code, w, x.shape[0])
+    if out.shape[0] != w.shape[0]:
+        raise ValueError("out length must equal the number of weight rows")
+
+
+@njit(cache=True)
+def _matvec(code, w, x, out, q8):
+    if w.shape[0] * w.shape[1] < SERIAL_BYTES:
+        _matvec_serial(code, w, x, out, q8)
+    elif q8:
+        _matvec_q8(code, w, x, out)
+    else:
+        _matvec_float(code, w, x, out)
+
+
+@njit(cache=True)
+def matvec(code, w, x, out):
+    """out = W @ x for W in GGML format `code`, never materializing W in float.
+
+    code: GGML type code (see `formats`); w: uint8[rows, row_bytes] (the GGUF bytes);
+    x: float32[cols]; out: float32[rows]; all C-contiguous. Parallel over blocks of
+    rows (numba.set_num_threads applies) unless W is under SERIAL_BYTES. Uses the
+    faster strategy for the format on this CPU (`uses_q8`): int8-quantized x
+    (NMSE ~3e-5, as llama.cpp) or exact float activations.
+    """
+    _check_mv(code, w, x, out)
+    _matvec(code, w, x, out, uses_q8(code))
+
+
+@njit(cache=True)
+def matvec_float(code, w, x, out):
+    """As `matvec`, always with float activations: exact up to float32 rounding."""
+    _check_mv(code, w, x, out)
+    _matvec(code, w, x, out, False)
+
+
+@njit(cache=True)
+def matvec_q8(code, w, x, out):
+    """As `matvec`, always quantizing x to int8 per 32 elements (llama.cpp's q8_0 trick).
+
+    Quantized formats only. Without VNNI this runs a slow generic fallback.
+    """
+    _check_mv(code, w, x, out)
+    if _is_float(code):
+        raise ValueError("matvec_q8 takes quantized weight formats only")
+    _matvec(code, w, x, out, True)
+
+
+@_par
+def matmul_fused(code, w, X, OUT):
+    """OUT = X @ W.T with the exact float decode kernel per token (no BLAS, no f32 W).
+
+    X: float32[T, cols]; OUT: float32[T, rows]. Each task keeps 16 weight rows hot
+    in cache and sweeps all T tokens over them. `matmul` uses it for tiny T.
+    """
+    _check(code, w, X.shape[1])
+    T, cols = X.shape
+    rows = w.shape[0]
+    if OUT.shape[0] != T or OUT.shape[1] != rows:
+        raise ValueError("OUT must be float32[T, rows]")
+    XS16 = np.empty((T, cols // 16), np.float32)
+    XS32 = np.empty((T, cols // 32), np.float32)
+    for t in range(T):
+        x_sums(X[t], XS16[t], XS32[t])
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        r1 = min(rows, r0 + ROWS_PER_TASK)
+        for t in range(T):
+            dot_rows(code, w, X[t], XS16[t], XS32[t], OUT[t], r0, r1)
+
+
+@_par
+def matmul_q8(code, w, X, OUT):
+    """OUT = X @ W.T by prefill strategy (b): X quantized to int8 blocks of 32, integer dots.
+
+    X: float32[T, cols]; OUT: float32[T, rows]; quantized formats only. Each task keeps
+    16 weight rows hot in cache and sweeps all T tokens over them. Measured slower than
+    `matmul`'s dequantized tiles + BLAS at T=256; kept for the benchmark and small T.
+    """
+    _check(code, w, X.shape[1])
+    if _is_float(code):
+        raise ValueError("matmul_q8 takes quantized weight formats only")
+    T, cols = X.shape
+    rows = w.shape[0]
+    if OUT.shape[0] != T or OUT.shape[1] != rows:
+        raise ValueError("OUT must be float32[T, rows]")
+    XQ = np.empty((T, cols), np.int8)
+    XD = np.empty((T, cols // 32), np.float32)
+    XQS = np.empty((T, cols // 16), np.int32)
+    XS16 = np.empty((T, cols // 16), np.float32)
+    XS32 = np.empty((T, cols // 32), np.float32)
+    for t in prange(T):
+        quantize_q8(X[t], XQ[t], XD[t], XQS[t])
+        x_sums(X[t], XS16[t], XS32[t])
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        r1 = min(rows, r0 + ROWS_PER_TASK)
+        for t in range(T):
+            qdot_rows(code, w, XQ[t], XD[t], XQS[t], XS16[t], XS32[t], OUT[t], r0, r1)
+
+
+@_par
+def dequantize_range(code, w, r0, r1, out):
+    """out[i] = dequantized row r0+i of w, for r0 <= r0+i < r1; out float32[>= r1-r0, cols]."""
+    cols = out.shape[1]
+    _check(code, w, cols)
+    if r1 - r0 > out.shape[0] or r0 < 0 or r1 > w.shape[0]:
+        raise ValueError("row range out of bounds")
+    for i in prange(r1 - r0):
+        deq_row(code, w[r0 + i], out[i])
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _dequantize_tile(code, w, r0, r1, out):
+    # Serial on purpose: a 128-row tile takes ~10-30 us, and a Numba parallel region
+    # between two sgemm calls makes the OpenMP and OpenBLAS thread pools spin against
+    # each other on the same cores.
+    for i in range(r1 - r0):
+        deq_row(code, w[r0 + i], out[i])
+
+
+@_par
+def dequantize_rows(code, w, row_ids, out):
+    """out[i] = dequantized w[row_ids[i]] (embedding lookup); out float32[len(row_ids), cols]."""
+    cols = out.shape[1]
+    _check(code, w, cols)
+    n = row_ids.shape[0]
+    if out.shape[0] != n:
+        raise ValueError("out must have one row per id")
+    rows = w.shape[0]
+    for i in range(n):
+        if row_ids[i] < 0 or row_ids[i] >= rows:
+            raise IndexError("row id out of range")
+    for i in prange(n):
+        deq_row(code, w[row_ids[i]], out[i])
+
+
+def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int = TILE_ROWS) -> None:
+    """OUT = X @ W.T for prefill: X float32[T, cols], OUT float32[T, rows].
+
+    Strategy (a), the measured winner: dequantize `tile_rows` rows of W at a time into a
+    small f32 buffer (Numba, parallel) and hand each tile to BLAS sgemm; W is never
+    dequantized whole. F32 weights go to BLAS directly; T <= SMALL_T uses the fused
+    decode kernel instead.
+    """
+    code = int(code)
+    T, cols = X.shape
+    rows = w.shape[0]
+    if OUT.shape != (T, rows):
+        raise ValueError("OUT must be float32[T, rows]")
+    if T <= SMALL_T:
+        matmul_fused(code, w, X, OUT)
+        return
+    if code == F.F32:
+        _check(code, w, cols)
+        np.matmul(X, w.view(np.float32).T, out=OUT)
+        return
+    _check(code, w, cols)
+    tile_rows = max(1, min(tile_rows, rows))
+    buf = np.empty((tile_rows, cols), np.float32)
+    for r0 in range(0, rows, tile_rows):
+        r1 = min(rows, r0 + tile_rows)
+        n = r1 - r0
+        _dequantize_tile(code, w, r0, r1, buf)
+        # sgemm writes the strided column block OUT[:, r0:r1] directly (ldc = rows)
+        np.matmul(X, buf[:n].T, out=OUT[:, r0:r1])

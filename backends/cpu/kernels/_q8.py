@@ -1,0 +1,286 @@
+"""The q8-activation kernels: x quantized to int8 per 32 elements, integer block dots.
+
+This is llama.cpp's scheme (q8_0 activations). Each 32-quant weight block is unpacked
+into 32 unsigned bytes and dotted with the block's 32 int8 activations by a u8*s8
+dot-accumulate (`_simd.vdp`, vpdpbusd with VNNI), then scaled by d_w * d_x in float.
+
+Formats whose quants are signed (Q4_0 = q-8, Q5_0 = q-16, Q8_0, Q3_K = q-4,
+Q6_K = q-32) are dotted as the unsigned q' = q + offset and corrected once per block
+(or 16-quant group) with offset * sum(xq), the int sums from `quantize_q8`.
+Per-block minima (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) use the float sums of x, as the
+float kernels do, which keeps them exact.
+
+Precision: quantizing x costs NMSE ~3e-5 against the exact product (heavier for
+single outputs that happen to be near zero); `_rows` has the exact float kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import formats as F
+from ._rows import _i8, _k3_scale, _k4_scale_min
+from ._simd import (
+    PREFETCH_BYTES,
+    b_bitsel,
+    b_crumbs,
+    b_hbits16,
+    b_load,
+    b_nib,
+    b_or,
+    b_shl,
+    b_xor,
+    ld_f16,
+    prefetch,
+    q8_block,
+    vadd8,
+    vdp,
+    vdp2,
+    vhsum8,
+    vz8,
+)
+
+_jit = njit(fastmath=True, cache=True, nogil=True)
+
+
+@_jit
+def quantize_q8(x, xq, xd, xqs16):
+    """Quantize x per 32-element block: d = max|x|/127, xq = rint(x/d), xd[b] = d.
+
+    Also writes xqs16[i] = sum(xq[16i:16i+16]) (int32), for the zero-offset corrections.
+    len(x) must be a multiple of 32.
+    """
+    for b in range(x.shape[0] // 32):
+        q8_block(x, b, xq, xd, xqs16)
+
+
+@_jit
+def qdot_q4_0(wr, xq, xd, xqs16, xs16, xs32):
+    """Q4_0 row . x with int8 x (layout: `_rows.dot_q4_0`)."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 18):
+        prefetch(wr, b * 18 + PREFETCH_BYTES)
+        o = b * 18
+        s = ld_f16(wr, o) * xd[b]
+        acc = vdp(acc, b_nib(wr, o + 2), xq, b * 32, s)
+        tail += s * np.float32(xqs16[2 * b] + xqs16[2 * b + 1])
+    return vhsum8(acc) - 8.0 * tail
+
+
+@_jit
+def qdot_q4_1(wr, xq, xd, xqs16, xs16, xs32):
+    """Q4_1 row . x with int8 x."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 20):
+        prefetch(wr, b * 20 + PREFETCH_BYTES)
+        o = b * 20
+        acc = vdp(acc, b_nib(wr, o + 4), xq, b * 32, ld_f16(wr, o) * xd[b])
+        tail += ld_f16(wr, o + 2) * xs32[b]
+    return vhsum8(acc) + tail
+
+
+@_jit
+def qdot_q5_0(wr, xq, xd, xqs16, xs16, xs32):
+    """Q5_0 row . x with int8 x."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 22):
+        prefetch(wr, b * 22 + PREFETCH_BYTES)
+        o = b * 22
+        s = ld_f16(wr, o) * xd[b]
+        acc = vdp(acc, b_or(b_nib(wr, o + 6), b_hbits16(wr, o + 2)), xq, b * 32, s)
+        tail += s * np.float32(xqs16[2 * b] + xqs16[2 * b + 1])
+    return vhsum8(acc) - 16.0 * tail
+
+
+@_jit
+def qdot_q5_1(wr, xq, xd, xqs16, xs16, xs32):
+    """Q5_1 row . x with int8 x."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 24):
+        prefetch(wr, b * 24 + PREFETCH_BYTES)
+        o = b * 24
+        acc = vdp(acc, b_or(b_nib(wr, o + 8), b_hbits16(wr, o + 4)), xq, b * 32, ld_f16(wr, o) * xd[b])
+        tail += ld_f16(wr, o + 2) * xs32[b]
+    return vhsum8(acc) + tail
+
+
+@_jit
+def qdot_q8_0(wr, xq, xd, xqs16, xs16, xs32):
+    """Q8_0 row . x with int8 x; quants flipped to q+128 (xor 0x80) for the u8*s8 dot."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 34):
+        prefetch(wr, b * 34 + PREFETCH_BYTES)
+        o = b * 34
+        s = ld_f16(wr, o) * xd[b]
+        acc = vdp(acc, b_xor(b_load(wr, o + 2), 128), xq, b * 32, s)
+        tail += s * np.float32(xqs16[2 * b] + xqs16[2 * b + 1])
+    return vhsum8(acc) - 128.0 * tail
+
+
+@_jit
+def qdot_q2_k(wr, xq, xd, xqs16, xs16, xs32):
+    """Q2_K row . x with int8 x; a 32-quant run c = h*4+s spans scale groups 2c, 2c+1."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 84):
+        prefetch(wr, b * 84 + PREFETCH_BYTES)
+        prefetch(wr, b * 84 + PREFETCH_BYTES + 64)
+        o = b * 84
+        d = ld_f16(wr, o + 80)
+        dmin = ld_f16(wr, o + 82)
+        for c in range(8):
+            g = 2 * c
+            sc0 = np.int32(wr[o + g])
+            sc1 = np.int32(wr[o + g + 1])
+            dx = d * xd[b * 8 + c]
+            a = b_crumbs(wr, o + 16 + (c >> 2) * 32, 2 * (c & 3), 3)
+            acc = vdp2(acc, a, xq, b * 256 + c * 32, dx * np.float32(sc0 & 15), dx * np.float32(sc1 & 15))
+            tail += dmin * (np.float32(sc0 >> 4) * xs16[b * 16 + g] + np.float32(sc1 >> 4) * xs16[b * 16 + g + 1])
+    return vhsum8(acc) - tail
+
+
+@_jit
+def qdot_q3_k(wr, xq, xd, xqs16, xs16, xs32):
+    """Q3_K row . x with int8 x; q' = low2 + 4*hbit in 0..7, value q' - 4."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 110):
+        prefetch(wr, b * 110 + PREFETCH_BYTES)
+        prefetch(wr, b * 110 + PREFETCH_BYTES + 64)
+        o = b * 110
+        d = ld_f16(wr, o + 108)
+        for c in range(8):
+            h = c >> 2
+            s = c & 3
+            g = 2 * c
+            a = b_or(b_crumbs(wr, o + 32 + h * 32, 2 * s, 3), b_bitsel(wr, o, h * 4 + s, 4))
+            dx = d * xd[b * 8 + c]
+            s0 = dx * np.float32(_k3_scale(wr, o + 96, g))
+            s1 = dx * np.float32(_k3_scale(wr, o + 96, g + 1))
+            acc = vdp2(acc, a, xq, b * 256 + c * 32, s0, s1)
+            tail += s0 * np.float32(xqs16[b * 16 + g]) + s1 * np.float32(xqs16[b * 16 + g + 1])
+    return vhsum8(acc) - 4.0 * tail
+
+
+@_jit
+def qdot_q4_k(wr, xq, xd, xqs16, xs16, xs32):
+    """Q4_K row . x with int8 x; its 32-quant sub-blocks line up with the q8 blocks."""
+    a0 = vz8()
+    a1 = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 144):
+        prefetch(wr, b * 144 + PREFETCH_BYTES)
+        prefetch(wr, b * 144 + PREFETCH_BYTES + 64)
+        prefetch(wr, b * 144 + PREFETCH_BYTES + 128)
+        o = b * 144
+        d = ld_f16(wr, o)
+        dmin = ld_f16(wr, o + 2)
+        for c in range(4):
+            sc0, mn0 = _k4_scale_min(wr, o + 4, 2 * c)
+            sc1, mn1 = _k4_scale_min(wr, o + 4, 2 * c + 1)
+            qo = o + 16 + c * 32
+            xb = b * 8 + 2 * c
+            a0 = vdp(a0, b_crumbs(wr, qo, 0, 15), xq, xb * 32, d * np.float32(sc0) * xd[xb])
+            a1 = vdp(a1, b_crumbs(wr, qo, 4, 15), xq, xb * 32 + 32, d * np.float32(sc1) * xd[xb + 1])
+            g = xb * 2
+            tail += dmin * (np.float32(mn0) * xs32[xb] + np.float32(mn1) * xs32[xb + 1])
+    return vhsum8(vadd8(a0, a1)) - tail
+
+
+@_jit
+def qdot_q5_k(wr, xq, xd, xqs16, xs16, xs32):
+    """Q5_K row . x with int8 x."""
+    a0 = vz8()
+    a1 = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 176):
+        prefetch(wr, b * 176 + PREFETCH_BYTES)
+        prefetch(wr, b * 176 + PREFETCH_BYTES + 64)
+        prefetch(wr, b * 176 + PREFETCH_BYTES + 128)
+        o = b * 176
+        d = ld_f16(wr, o)
+        dmin = ld_f16(wr, o + 2)
+        for c in range(4):
+            j = 2 * c
+            sc0, mn0 = _k4_scale_min(wr, o + 4, j)
+            sc1, mn1 = _k4_scale_min(wr, o + 4, j + 1)
+            qo = o + 48 + c * 32
+            xb = b * 8 + j
+            q0 = b_or(b_crumbs(wr, qo, 0, 15), b_bitsel(wr, o + 16, j, 16))
+            q1 = b_or(b_crumbs(wr, qo, 4, 15), b_bitsel(wr, o + 16, j + 1, 16))
+            a0 = vdp(a0, q0, xq, xb * 32, d * np.float32(sc0) * xd[xb])
+            a1 = vdp(a1, q1, xq, xb * 32 + 32, d * np.float32(sc1) * xd[xb + 1])
+            g = xb * 2
+            tail += dmin * (np.float32(mn0) * xs32[xb] + np.float32(mn1) * xs32[xb + 1])
+    return vhsum8(vadd8(a0, a1)) - tail
+
+
+@_jit
+def qdot_q6_k(wr, xq, xd, xqs16, xs16, xs32):
+    """Q6_K row . x with int8 x; run c = h*4+s of 32 quants spans scale groups 2c, 2c+1."""
+    acc = vz8()
+    tail = np.float32(0.0)
+    for b in range(wr.shape[0] // 210):
+        prefetch(wr, b * 210 + PREFETCH_BYTES)
+        prefetch(wr, b * 210 + PREFETCH_BYTES + 64)
+        prefetch(wr, b * 210 + PREFETCH_BYTES + 128)
+        prefetch(wr, b * 210 + PREFETCH_BYTES + 192)
+        o = b * 210
+        d = ld_f16(wr, o + 208)
+        for c in range(8):
+            h = c >> 2
+            s = c & 3
+            g = 2 * c
+            lo = b_crumbs(wr, o + h * 64 + (s & 1) * 32, 4 * (s >> 1), 15)
+            a = b_or(lo, b_shl(b_crumbs(wr, o + 128 + h * 32, 2 * s, 3), 4))
+            dx = d * xd[b * 8 + c]
+            s0 = dx * np.float32(_i8(wr[o + 192 + g]))
+            s1 = dx * np.float32(_i8(wr[o + 193 + g]))
+            acc = vdp2(acc, a, xq, b * 256 + c * 32, s0, s1)
+            tail += s0 * np.float32(xqs16[b * 16 + g]) + s1 * np.float32(xqs16[b * 16 + g + 1])
+    return vhsum8(acc) - 32.0 * tail
+
+
+@_jit
+def qdot_rows(code, w, xq, xd, xqs16, xs16, xs32, out, r0, r1):
+    """out[r] = w[r] . x for r in [r0, r1) from int8 activations (quantized formats only).
+
+    xq, xd, xqs16 from `quantize_q8(x)`, xs16/xs32 from `_rows.x_sums(x)`. Float formats
+    (F32/F16/BF16) have no int8 variant and leave out untouched.
+    """
+    if code == F.Q4_0:
+        for r in range(r0, r1):
+            out[r] = qdot_q4_0(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q4_1:
+        for r in range(r0, r1):
+            out[r] = qdot_q4_1(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q5_0:
+        for r in range(r0, r1):
+            out[r] = qdot_q5_0(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q5_1:
+        for r in range(r0, r1):
+            out[r] = qdot_q5_1(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q8_0:
+        for r in range(r0, r1):
+            out[r] = qdot_q8_0(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q2_K:
+        for r in range(r0, r1):
+            out[r] = qdot_q2_k(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q3_K:
+        for r in range(r0, r1):
+            out[r] = qdot_q3_k(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q4_K:
+        for r in range(r0, r1):
+            out[r] = qdot_q4_k(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q5_K:
+        for r in range(r0, r1):
+            out[r] = qdot_q5_k(w[r], xq, xd, xqs16, xs16, xs32)
+    elif code == F.Q6_K:
+        for r in range(r0, r1):
+            out[r] = qdot_q6_k(w[r], xq, xd, xqs16, xs16, xs32)

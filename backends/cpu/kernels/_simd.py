@@ -1,0 +1,805 @@
+"""Explicit SIMD for the kernels: 16-lane LLVM vectors exposed to Numba as values.
+
+Why this exists: Numba types every integer operation as int64, so a plainly written
+nibble-unpack loop vectorizes into 8-lane int64 code, and LLVM's cost model then often
+fully unrolls the 16-element inner loop and vectorizes the *block* loop with gathers.
+Both cost 2-3x. These intrinsics emit the vector IR we want directly (i32/f32 lanes,
+one contiguous load per 16 quants) while the surrounding block loops stay ordinary
+Numba code. Everything here is generic LLVM IR, so it legalizes on any target: one zmm
+with AVX-512, two ymm with AVX2, four xmm on SSE/NEON.
+
+Conventions: every offset is an element index into the array passed with it (a byte
+index for the uint8 weight rows). The intrinsics do no bounds checks; the entry
+points in `_api` validate shapes once per call.
+"""
+
+from __future__ import annotations
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import types
+from numba.core import config
+from numba.extending import intrinsic, models, register_model
+
+LANES = 16
+
+_f32 = ir.FloatType()
+_i8 = ir.IntType(8)
+_i16 = ir.IntType(16)
+_i32 = ir.IntType(32)
+_vf = ir.VectorType(_f32, LANES)
+_vi = ir.VectorType(_i32, LANES)
+_vb = ir.VectorType(_i8, LANES)
+_vh = ir.VectorType(_i16, LANES)
+_vb32 = ir.VectorType(_i8, 32)
+_vi32x32 = ir.VectorType(_i32, 32)
+_vf8 = ir.VectorType(_f32, 8)
+_vi8 = ir.VectorType(_i32, 8)
+_FAST = ("fast",)
+
+
+class F32x16Type(types.Type):
+    """16 float32 lanes held in registers (an LLVM <16 x float>)."""
+
+    def __init__(self):
+        super().__init__(name="llamay.F32x16")
+
+
+class I32x16Type(types.Type):
+    """16 int32 lanes held in registers (an LLVM <16 x i32>)."""
+
+    def __init__(self):
+        super().__init__(name="llamay.I32x16")
+
+
+class I8x32Type(types.Type):
+    """32 int8 lanes (an LLVM <32 x i8>): one 32-quant block for the int8 dot paths."""
+
+    def __init__(self):
+        super().__init__(name="llamay.I8x32")
+
+
+class F32x8Type(types.Type):
+    """8 float32 lanes (an LLVM <8 x float>): accumulator of the int8 dot paths."""
+
+    def __init__(self):
+        super().__init__(name="llamay.F32x8")
+
+
+f32x16 = F32x16Type()
+i32x16 = I32x16Type()
+i8x32 = I8x32Type()
+f32x8 = F32x8Type()
+
+
+@register_model(F32x16Type)
+class _F32x16Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vf)
+
+
+@register_model(I32x16Type)
+class _I32x16Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vi)
+
+
+@register_model(I8x32Type)
+class _I8x32Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vb32)
+
+
+@register_model(F32x8Type)
+class _F32x8Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vf8)
+
+
+def _target_features() -> set[str]:
+    """CPU features of the target Numba compiles for.
+
+    Numba targets the host unless NUMBA_CPU_NAME / NUMBA_CPU_FEATURES say otherwise;
+    honour those so that a portable build never contains an instruction it may lack.
+    """
+    if config.CPU_FEATURES is not None:
+        return {f[1:] for f in str(config.CPU_FEATURES).split(",") if f.startswith("+")}
+    if config.CPU_NAME not in (None, "host"):
+        return set()
+    try:
+        host = llb.get_host_cpu_features()
+    except RuntimeError:
+        return set()
+    return {k for k in host if host[k]}
+
+
+_FEATURES = _target_features()
+_X86 = llb.get_process_triple().split("-")[0] in ("x86_64", "i386", "i686")
+# vpdpbusd on 256-bit vectors: AVX512-VNNI with VL, or AVX-VNNI
+HAS_VNNI: bool = _X86 and (("avx512vnni" in _FEATURES and "avx512vl" in _FEATURES) or "avxvnni" in _FEATURES)
+# hardware half->float; x86 without F16C would lower fpext to a libcall the JIT lacks
+HAS_F16C: bool = (not _X86) or "f16c" in _FEATURES
+
+
+# ---------------------------------------------------------------- codegen helpers
+
+
+def _ptr(context, builder, aryty, ary, index, elty):
+    """Pointer to ary[index] reinterpreted as `elty*` (index in array elements)."""
+    a = context.make_array(aryty)(context, builder, ary)
+    p = builder.gep(a.data, [index])
+    return builder.bitcast(p, ir.PointerType(elty))
+
+
+def _as_i32(context, builder, val, ty):
+    return context.cast(builder, val, ty, types.int32)
+
+
+def _as_f32(context, builder, val, ty):
+    return context.cast(builder, val, ty, types.float32)
+
+
+def _splat(builder, scalar, vecty):
+    v = builder.insert_element(ir.Constant(vecty, ir.Undefined), scalar, ir.Constant(_i32, 0))
+    return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, vecty.count), [0] * vecty.count))
+
+
+def _h2f(builder, h):
+    """IEEE half bits (i16 or <n x i16>) to float (float or <n x float>), exactly."""
+    vec = isinstance(h.type, ir.VectorType)
+    n = h.type.count if vec else 1
+    fty = ir.VectorType(_f32, n) if vec else _f32
+    if HAS_F16C:
+        hty = ir.VectorType(ir.HalfType(), n) if vec else ir.HalfType()
+        return builder.fpext(builder.bitcast(h, hty), fty)
+    ity = ir.VectorType(_i32, n) if vec else _i32
+
+    def c(v):
+        return ir.Constant(ity, [v] * n) if vec else ir.Constant(_i32, v)
+
+    u = builder.zext(h, ity)
+    sign = builder.shl(builder.and_(u, c(0x8000)), c(16))
+    em = builder.and_(u, c(0x7FFF))
+    # normals and subnormals: exponent+mantissa moved into place, rescaled by 2^112 (exact)
+    scaled = builder.fmul(builder.bitcast(builder.shl(em, c(13)), fty), builder.bitcast(c(0x77800000), fty))
+    # inf / nan: exponent all ones
+    special = builder.or_(c(0x7F800000), builder.shl(builder.and_(em, c(0x3FF)), c(13)))
+    is_special = builder.icmp_unsigned(">=", em, c(0x7C00))
+    bits = builder.select(is_special, special, builder.bitcast(scaled, ity))
+    return builder.bitcast(builder.or_(bits, sign), fty)
+
+
+# Pointer arithmetic below assumes unit stride, so only C-contiguous 1-D arrays type-check.
+def _is_c1d(ty, dtype):
+    return isinstance(ty, types.Array) and ty.dtype == dtype and ty.ndim == 1 and ty.layout == "C"
+
+
+def _is_u8_array(ty):
+    return _is_c1d(ty, types.uint8)
+
+
+def _is_f32_array(ty):
+    return _is_c1d(ty, types.float32)
+
+
+def _is_i8_array(ty):
+    return _is_c1d(ty, types.int8)
+
+
+# ---------------------------------------------------------------- scalar loads
+
+
+@intrinsic
+def ld_f16(typingctx, w, off):
+    """The IEEE half at bytes w[off:off+2], as float32 (exact; vcvtph2ps with F16C)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr(context, builder, sig.args[0], args[0], args[1], _i16)
+        return _h2f(builder, builder.load(p, align=1))
+
+    return types.float32(w, off), codegen
+
+
+@intrinsic
+def ld_f16_elem(typingctx, w, i):
+    """Element i of a row of halfs stored as bytes (bytes 2i, 2i+1), as float32."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr(context, builder, sig.args[0], args[0], builder.mul(args[1], ir.Constant(args[1].type, 2)), _i16)
+        return _h2f(builder, builder.load(p, align=1))
+
+    return types.float32(w, i), codegen
+
+
+@intrinsic
+def ld_bf16_elem(typingctx, w, i):
+    """Element i of a row of bfloat16 stored as bytes, as float32 (exact)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr(context, builder, sig.args[0], args[0], builder.mul(args[1], ir.Constant(args[1].type, 2)), _i16)
+        v = builder.shl(builder.zext(builder.load(p, align=1), _i32), ir.Constant(_i32, 16))
+        return builder.bitcast(v, _f32)
+
+    return types.float32(w, i), codegen
+
+
+@intrinsic
+def ld_f32_elem(typingctx, w, i):
+    """Element i of a row of float32 stored as bytes (unaligned-safe)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr(context, builder, sig.args[0], args[0], builder.mul(args[1], ir.Constant(args[1].type, 4)), _f32)
+        return builder.load(p, align=1)
+
+    return types.float32(w, i), codegen
+
+
+# ---------------------------------------------------------------- prefetch
+
+# How far ahead of the current block the kernels prefetch weight bytes. Decode streams
+# each weight once, and the per-block work is long enough that the out-of-order window
+# covers only a few cache lines, which capped DRAM streaming at ~3 GB/s per core;
+# software prefetch a few KiB ahead restores several times that.
+PREFETCH_BYTES = 4096
+# the intrinsic's name mangles the pointer type: typed i8* before LLVM 17, opaque after
+_PREFETCH = "llvm.prefetch.p0" if llb.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
+
+
+@intrinsic
+def prefetch(typingctx, w, off):
+    """Hint the cache line holding w[off] into L1 (no fault past the array's end)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        p = _ptr(context, builder, sig.args[0], args[0], args[1], _i8)
+        fnty = ir.FunctionType(ir.VoidType(), [p.type, _i32, _i32, _i32])
+        fn = builder.module.globals.get(_PREFETCH) or ir.Function(builder.module, fnty, _PREFETCH)
+        # read, high locality, data cache
+        builder.call(fn, [p, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
+        return context.get_dummy_value()
+
+    return types.none(w, off), codegen
+
+
+# ---------------------------------------------------------------- f32x16
+
+
+@intrinsic
+def vzero(typingctx):
+    """All-zero f32x16."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vf, None)
+
+    return f32x16(), codegen
+
+
+@intrinsic
+def vadd(typingctx, a, b):
+    """a + b, lane-wise."""
+    if a != f32x16 or b != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1], flags=_FAST)
+
+    return f32x16(a, b), codegen
+
+
+@intrinsic
+def vhsum(typingctx, v):
+    """Sum of the 16 lanes (a log2 tree of shuffles; one per row, not per block)."""
+    if v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = LANES
+        while n > 1:
+            h = n // 2
+            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+            x = builder.fadd(lo, hi, flags=_FAST)
+            n = h
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+@intrinsic
+def vfma_s(typingctx, acc, t, s):
+    """acc + t * s for a scalar s (applies one block scale to a 16-lane partial dot)."""
+    if acc != f32x16 or t != f32x16 or not isinstance(s, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        sv = _splat(builder, _as_f32(context, builder, args[2], sig.args[2]), _vf)
+        return builder.fadd(args[0], builder.fmul(args[1], sv, flags=_FAST), flags=_FAST)
+
+    return f32x16(acc, t, s), codegen
+
+
+@intrinsic
+def vdot_x(typingctx, q, x, xo):
+    """float(q) * x[xo:xo+16]."""
+    if q != i32x16 or not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], _vf), align=4)
+        return builder.fmul(builder.sitofp(args[0], _vf), xv, flags=_FAST)
+
+    return f32x16(q, x, xo), codegen
+
+
+@intrinsic
+def vfma_x(typingctx, acc, q, x, xo):
+    """acc + float(q) * x[xo:xo+16]."""
+    if acc != f32x16 or q != i32x16 or not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vf), align=4)
+        t = builder.fmul(builder.sitofp(args[1], _vf), xv, flags=_FAST)
+        return builder.fadd(args[0], t, flags=_FAST)
+
+    return f32x16(acc, q, x, xo), codegen
+
+
+@intrinsic
+def vmadd_x(typingctx, acc, q, x, xo, s):
+    """acc + (float(q) * s) * x[xo:xo+16] (one scale per 16 quants: K-quant sub-blocks)."""
+    if acc != f32x16 or q != i32x16 or not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vf), align=4)
+        sv = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), _vf)
+        t = builder.fmul(builder.sitofp(args[1], _vf), sv, flags=_FAST)
+        return builder.fadd(args[0], builder.fmul(t, xv, flags=_FAST), flags=_FAST)
+
+    return f32x16(acc, q, x, xo, s), codegen
+
+
+@intrinsic
+def vfma_vx(typingctx, acc, v, x, xo):
+    """acc + v * x[xo:xo+16] (float weights)."""
+    if acc != f32x16 or v != f32x16 or not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vf), align=4)
+        return builder.fadd(args[0], builder.fmul(args[1], xv, flags=_FAST), flags=_FAST)
+
+    return f32x16(acc, v, x, xo), codegen
+
+
+@intrinsic
+def vaffine(typingctx, q, s, b):
+    """float(q) * s + b: a dequantized 16-quant run."""
+    if q != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        sv = _splat(builder, _as_f32(context, builder, args[1], sig.args[1]), _vf)
+        bv = _splat(builder, _as_f32(context, builder, args[2], sig.args[2]), _vf)
+        return builder.fadd(builder.fmul(builder.sitofp(args[0], _vf), sv, flags=_FAST), bv, flags=_FAST)
+
+    return f32x16(q, s, b), codegen
+
+
+@intrinsic
+def vst(typingctx, out, oo, v):
+    """out[oo:oo+16] = v (out float32; unaligned store)."""
+    if not _is_f32_array(out) or v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _ptr(context, builder, sig.args[0], args[0], args[1], _vf), align=4)
+        return context.get_dummy_value()
+
+    return types.none(out, oo, v), codegen
+
+
+@intrinsic
+def vld_f16(typingctx, w, off):
+    """16 halfs at bytes w[off:off+32] as f32x16."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vh), align=1)
+        return _h2f(builder, h)
+
+    return f32x16(w, off), codegen
+
+
+@intrinsic
+def vld_bf16(typingctx, w, off):
+    """16 bfloat16 at bytes w[off:off+32] as f32x16 (shift into the high half of each lane)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vh), align=1)
+        v = builder.shl(builder.zext(h, _vi), _splat(builder, ir.Constant(_i32, 16), _vi))
+        return builder.bitcast(v, _vf)
+
+    return f32x16(w, off), codegen
+
+
+@intrinsic
+def vld_f32b(typingctx, w, off):
+    """16 float32 at bytes w[off:off+64] as f32x16."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vf), align=1)
+
+    return f32x16(w, off), codegen
+
+
+# ---------------------------------------------------------------- i32x16 quant unpacking
+
+
+@intrinsic
+def vq(typingctx, w, off, shift, mask):
+    """(w[off:off+16] >> shift) & mask, each byte zero-extended to an int32 lane."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.zext(builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb), align=1), _vi)
+        s = _splat(builder, _as_i32(context, builder, args[2], sig.args[2]), _vi)
+        m = _splat(builder, _as_i32(context, builder, args[3], sig.args[3]), _vi)
+        return builder.and_(builder.lshr(v, s), m)
+
+    return i32x16(w, off, shift, mask), codegen
+
+
+@intrinsic
+def vq8(typingctx, w, off):
+    """w[off:off+16] as signed int8, sign-extended to int32 lanes."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb), align=1)
+        return builder.sext(v, _vi)
+
+    return i32x16(w, off), codegen
+
+
+@intrinsic
+def vbits32(typingctx, w, off, first, shl):
+    """Lane i = ((u32 at w[off:off+4] >> (first + i)) & 1) << shl: the 5th bit of Q5_0/Q5_1 quants."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        u = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _i32), align=1)
+        uv = _splat(builder, u, _vi)
+        f = _as_i32(context, builder, args[2], sig.args[2])
+        sh = builder.add(_splat(builder, f, _vi), ir.Constant(_vi, list(range(LANES))))
+        bit = builder.and_(builder.lshr(uv, sh), ir.Constant(_vi, [1] * LANES))
+        return builder.shl(bit, _splat(builder, _as_i32(context, builder, args[3], sig.args[3]), _vi))
+
+    return i32x16(w, off, first, shl), codegen
+
+
+@intrinsic
+def vor(typingctx, a, b):
+    """a | b, lane-wise."""
+    if a != i32x16 or b != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], args[1])
+
+    return i32x16(a, b), codegen
+
+
+@intrinsic
+def vshl(typingctx, a, k):
+    """a << k, lane-wise."""
+    if a != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.shl(args[0], _splat(builder, _as_i32(context, builder, args[1], sig.args[1]), _vi))
+
+    return i32x16(a, k), codegen
+
+
+@intrinsic
+def vsubk(typingctx, a, k):
+    """a - k, lane-wise, for a scalar k (removes a quant format's zero offset)."""
+    if a != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.sub(args[0], _splat(builder, _as_i32(context, builder, args[1], sig.args[1]), _vi))
+
+    return i32x16(a, k), codegen
+
+
+# ---------------------------------------------------------------- activation quantization
+
+
+def _llvm_fn(builder, name, ret, args):
+    fn = builder.module.globals.get(name)
+    return fn or ir.Function(builder.module, ir.FunctionType(ret, args), name)
+
+
+@intrinsic
+def xsum16(typingctx, x, i):
+    """sum(x[16i:16i+16]) in one vector load and a tree reduction."""
+    if not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64 = context.cast(builder, args[1], sig.args[1], types.intp)
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], builder.mul(i64, ir.Constant(i64.type, 16)), _vf), align=4)
+        n = LANES
+        while n > 1:
+            h = n // 2
+            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+            v = builder.fadd(lo, hi, flags=_FAST)
+            n = h
+        return builder.extract_element(v, ir.Constant(_i32, 0))
+
+    return types.float32(x, i), codegen
+
+
+@intrinsic
+def q8_block(typingctx, x, b, xq, xd, xqs16):
+    """Quantize x[32b:32b+32] to int8: d = max|x|/127, xq = rint(x/d); xd[b] = d and
+    xqs16[2b], xqs16[2b+1] = the int sums of the two 16-quant halves."""
+    if not (_is_f32_array(x) and _is_i8_array(xq) and _is_f32_array(xd)):
+        return None
+    if not _is_c1d(xqs16, types.int32):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xa, bi, xqa, xda, xsa = args
+        b64 = context.cast(builder, bi, sig.args[1], types.intp)
+        e0 = builder.mul(b64, ir.Constant(b64.type, 32))
+        e1 = builder.add(e0, ir.Constant(b64.type, 16))
+        v0 = builder.load(_ptr(context, builder, sig.args[0], xa, e0, _vf), align=4)
+        v1 = builder.load(_ptr(context, builder, sig.args[0], xa, e1, _vf), align=4)
+        fabs = _llvm_fn(builder, "llvm.fabs.v16f32", _vf, [_vf])
+        fmax = _llvm_fn(builder, "llvm.maxnum.v16f32", _vf, [_vf, _vf])
+        rmax = _llvm_fn(builder, "llvm.vector.reduce.fmax.v16f32", _f32, [_vf])
+        rint = _llvm_fn(builder, "llvm.rint.v16f32", _vf, [_vf])
+        radd = _llvm_fn(builder, "llvm.vector.reduce.add.v16i32", _i32, [_vi])
+        amax = builder.call(rmax, [builder.call(fmax, [builder.call(fabs, [v0]), builder.call(fabs, [v1])])])
+        d = builder.fdiv(amax, ir.Constant(_f32, 127.0))
+        pos = builder.fcmp_ordered(">", d, ir.Constant(_f32, 0.0))
+        inv = builder.select(pos, builder.fdiv(ir.Constant(_f32, 1.0), d), ir.Constant(_f32, 0.0))
+        iv = _splat(builder, inv, _vf)
+        builder.store(d, _ptr(context, builder, sig.args[3], xda, b64, _f32))
+        for k, (v, e) in enumerate(((v0, e0), (v1, e1))):
+            q = builder.fptosi(builder.call(rint, [builder.fmul(v, iv)]), _vi)
+            builder.store(builder.trunc(q, _vb), _ptr(context, builder, sig.args[2], xqa, e, _vb), align=1)
+            g = builder.add(builder.mul(b64, ir.Constant(b64.type, 2)), ir.Constant(b64.type, k))
+            builder.store(builder.call(radd, [q]), _ptr(context, builder, sig.args[4], xsa, g, _i32))
+        return context.get_dummy_value()
+
+    return types.none(x, b, xq, xd, xqs16), codegen
+
+
+# ---------------------------------------------------------------- int8 dot (q8 activations)
+#
+# A 32-quant block is unpacked into 32 *unsigned* bytes (formats with a zero offset,
+# e.g. Q4_0's q-8, are corrected once per block with the int sum of x's quants) and
+# dotted with 32 int8 activations by one u8*s8 dot-accumulate: vpdpbusd where the CPU
+# has VNNI, else a generic widening multiply. Byte-domain unpacking handles 32 quants
+# per instruction and the dot needs no int->float conversion per quant, which is why
+# this beats the float kernels where VNNI exists.
+
+
+@intrinsic
+def b_nib(typingctx, w, off):
+    """32 quants of a 4-bit block: low nibbles of w[off:off+16] then the high nibbles."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb), align=1)
+        lo = builder.and_(v, ir.Constant(_vb, [15] * LANES))
+        hi = builder.lshr(v, ir.Constant(_vb, [4] * LANES))
+        return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 32), list(range(32))))
+
+    return i8x32(w, off), codegen
+
+
+@intrinsic
+def b_crumbs(typingctx, w, off, shift, mask):
+    """(w[off:off+32] >> shift) & mask as 32 byte lanes (bit planes of K-quants)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb32), align=1)
+        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
+        m = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
+        return builder.and_(builder.lshr(v, s), m)
+
+    return i8x32(w, off, shift, mask), codegen
+
+
+@intrinsic
+def b_bitsel(typingctx, w, off, bit, val):
+    """Lane l = val if bit `bit` of w[off+l] is set else 0, for l < 32 (hmask/qh planes)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb32), align=1)
+        b = context.cast(builder, args[2], sig.args[2], types.uint8)
+        m = _splat(builder, builder.shl(ir.Constant(_i8, 1), b), _vb32)
+        on = builder.icmp_unsigned("!=", builder.and_(v, m), ir.Constant(_vb32, None))
+        val = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
+        return builder.select(on, val, ir.Constant(_vb32, None))
+
+    return i8x32(w, off, bit, val), codegen
+
+
+@intrinsic
+def b_hbits16(typingctx, w, off):
+    """Lane i = 16 if bit i of the u32 at w[off:off+4] is set else 0 (Q5_0/Q5_1 5th bit)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        u = builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _i32), align=1)
+        m = builder.bitcast(u, ir.VectorType(ir.IntType(1), 32))
+        return builder.select(m, ir.Constant(_vb32, [16] * 32), ir.Constant(_vb32, None))
+
+    return i8x32(w, off), codegen
+
+
+@intrinsic
+def b_load(typingctx, w, off):
+    """32 raw bytes w[off:off+32]."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vb32), align=1)
+
+    return i8x32(w, off), codegen
+
+
+@intrinsic
+def b_or(typingctx, a, b):
+    """a | b on byte lanes."""
+    if a != i8x32 or b != i8x32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.or_(args[0], args[1])
+
+    return i8x32(a, b), codegen
+
+
+@intrinsic
+def b_shl(typingctx, a, k):
+    """a << k on byte lanes."""
+    if a != i8x32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.shl(args[0], _splat(builder, context.cast(builder, args[1], sig.args[1], types.uint8), _vb32))
+
+    return i8x32(a, k), codegen
+
+
+@intrinsic
+def b_xor(typingctx, a, k):
+    """a ^ k on byte lanes (k=0x80 maps int8 q to the unsigned q+128)."""
+    if a != i8x32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.xor(args[0], _splat(builder, context.cast(builder, args[1], sig.args[1], types.uint8), _vb32))
+
+    return i8x32(a, k), codegen
+
+
+@intrinsic
+def vz8(typingctx):
+    """All-zero f32x8."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vf8, None)
+
+    return f32x8(), codegen
+
+
+@intrinsic
+def vadd8(typingctx, a, b):
+    """a + b on f32x8."""
+    if a != f32x8 or b != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1], flags=_FAST)
+
+    return f32x8(a, b), codegen
+
+
+@intrinsic
+def vhsum8(typingctx, v):
+    """Sum of the 8 lanes."""
+    if v != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = 8
+        while n > 1:
+            h = n // 2
+            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+            x = builder.fadd(lo, hi, flags=_FAST)
+            n = h
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+def _dpbusd(builder, u, s):
+    """8 int32 lanes, lane i = sum_k u8(u[4i+k]) * s8(s[4i+k])."""
+    if HAS_VNNI:
+        fnty = ir.FunctionType(_vi8, [_vi8, _vi8, _vi8])
+        name = "llvm.x86.avx512.vpdpbusd.256"  # also selects the VEX (AVX-VNNI) encoding
+        fn = builder.module.globals.get(name) or ir.Function(builder.module, fnty, name)
+        return builder.call(fn, [ir.Constant(_vi8, None), builder.bitcast(u, _vi8), builder.bitcast(s, _vi8)])
+    m = builder.mul(builder.zext(u, _vi32x32), builder.sext(s, _vi32x32), flags=("nsw",))
+    parts = [builder.shuffle_vector(m, m, ir.Constant(_vi8, list(range(k, 32, 4)))) for k in range(4)]
+    return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
+
+
+@intrinsic
+def vdp(typingctx, acc, a, xq, xo, s):
+    """acc + float(dot4(a, xq[xo:xo+32])) * s: one 32-quant block, scale s = d_w * d_x."""
+    if acc != f32x8 or a != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
+        d = builder.sitofp(_dpbusd(builder, args[1], xv), _vf8)
+        sv = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), _vf8)
+        return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
+
+    return f32x8(acc, a, xq, xo, s), codegen
+
+
+@intrinsic
+def vdp2(typingctx, acc, a, xq, xo, s0, s1):
+    """As `vdp` with scale s0 on quants 0-15 and s1 on 16-31 (16-quant scale groups)."""
+    if acc != f32x8 or a != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
+        d = builder.sitofp(_dpbusd(builder, args[1], xv), _vf8)
+        v4 = ir.VectorType(_f32, 4)
+        lo = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), v4)
+        hi = _splat(builder, _as_f32(context, builder, args[5], sig.args[5]), v4)
+        sv = builder.shuffle_vector(lo, hi, ir.Constant(_vi8, list(range(8))))
+        return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
+
+    return f32x8(acc, a, xq, xo, s0, s1), codegen

@@ -1,0 +1,178 @@
+"""Numba kernels for the non-matmul ops of the cpu backend (matmuls live in `kernels/`).
+
+Each mirrors the reference definition in backends/reference/ops.py; float32 storage with
+float32 arithmetic (float64 where a reduction is long), parallel over rows or heads.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+_par = njit(parallel=True, fastmath=True, cache=True)
+_ser = njit(fastmath=True, cache=True)
+
+
+@_par
+def rms_norm(x, w, has_weight, eps, group, offset, out):
+    t_count, width = x.shape
+    g = group if group > 0 else width
+    n_groups = width // g
+    for idx in prange(t_count * n_groups):
+        t = idx // n_groups
+        base = (idx % n_groups) * g
+        ss = 0.0
+        for i in range(g):
+            v = x[t, base + i]
+            ss += v * v
+        inv = 1.0 / math.sqrt(ss / g + eps)
+        if has_weight:
+            for i in range(g):
+                out[t, base + i] = x[t, base + i] * inv * (w[i if group > 0 else base + i] + offset)
+        else:
+            for i in range(g):
+                out[t, base + i] = x[t, base + i] * inv
+
+
+@_par
+def add(a, b, out):
+    t_count, width = a.shape
+    for t in prange(t_count):
+        for i in range(width):
+            out[t, i] = a[t, i] + b[t, i]
+
+
+@_par
+def mul(a, b, out):
+    t_count, width = a.shape
+    for t in prange(t_count):
+        for i in range(width):
+            out[t, i] = a[t, i] * b[t, i]
+
+
+@_par
+def scale(x, factor, out):
+    t_count, width = x.shape
+    for t in prange(t_count):
+        for i in range(width):
+            out[t, i] = x[t, i] * factor
+
+
+@_par
+def add_bias(x, bias):
+    t_count, width = x.shape
+    for t in prange(t_count):
+        for i in range(width):
+            x[t, i] += bias[i]
+
+
+@_par
+def silu_mul(gate, up, out):
+    t_count, width = gate.shape
+    for t in prange(t_count):
+        for i in range(width):
+            g = gate[t, i]
+            out[t, i] = g / (1.0 + math.exp(-g)) * up[t, i]
+
+
+@_par
+def gelu_mul(gate, up, out):
+    t_count, width = gate.shape
+    c = math.sqrt(2.0 / math.pi)
+    for t in prange(t_count):
+        for i in range(width):
+            g = gate[t, i]
+            out[t, i] = 0.5 * g * (1.0 + math.tanh(c * (g + 0.044715 * g * g * g))) * up[t, i]
+
+
+@_par
+def softcap(x, cap, out):
+    t_count, width = x.shape
+    for t in prange(t_count):
+        for i in range(width):
+            out[t, i] = cap * math.tanh(x[t, i] / cap)
+
+
+@_par
+def rope(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
+    """inv_freq[i] = base^(-2i/n_rot) in float64; angles computed in float64 like the reference."""
+    t_count = x.shape[0]
+    half = n_rot // 2
+    for idx in prange(t_count * n_heads):
+        t = idx // n_heads
+        base = (idx % n_heads) * head_dim
+        pos = positions[t] * freq_scale
+        for i in range(half):
+            theta = pos * inv_freq[i]
+            c = math.cos(theta)
+            s = math.sin(theta)
+            if neox:
+                a = x[t, base + i]
+                b = x[t, base + i + half]
+                out[t, base + i] = a * c - b * s
+                out[t, base + i + half] = a * s + b * c
+            else:
+                a = x[t, base + 2 * i]
+                b = x[t, base + 2 * i + 1]
+                out[t, base + 2 * i] = a * c - b * s
+                out[t, base + 2 * i + 1] = a * s + b * c
+        for i in range(n_rot, head_dim):
+            out[t, base + i] = x[t, base + i]
+
+
+@_par
+def kv_write_f32(k, v, pages, slots, k_store, v_store):
+    for t in prange(k.shape[0]):
+        p = pages[t]
+        s = slots[t]
+        for i in range(k.shape[1]):
+            k_store[p, s, i] = k[t, i]
+        for i in range(v.shape[1]):
+            v_store[p, s, i] = v[t, i]
+
+
+@_par
+def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                  key_dim, value_dim, scale, cap, window, out):
+    """Causal GQA attention over paged K/V with an online softmax, one task per (token, head)."""
+    t_count = q.shape[0]
+    page_size = k_store.shape[1]
+    group = n_heads // n_kv_heads
+    for idx in prange(t_count * n_heads):
+        t = idx // n_heads
+        h = idx % n_heads
+        kvh = h // group
+        pos = positions[t]
+        table = page_tables[seq_index[t]]
+        first = 0
+        if window > 0 and pos - window + 1 > 0:
+            first = pos - window + 1
+        m = -np.inf
+        denom = 0.0
+        acc = np.zeros(value_dim, np.float32)
+        qo = h * key_dim
+        ko = kvh * key_dim
+        vo = kvh * value_dim
+        for j in range(first, pos + 1):
+            page = table[j // page_size]
+            slot = j % page_size
+            sc = 0.0
+            for d in range(key_dim):
+                sc += q[t, qo + d] * k_store[page, slot, ko + d]
+            sc *= scale
+            if cap > 0.0:
+                sc = cap * math.tanh(sc / cap)
+            if sc > m:
+                corr = math.exp(m - sc) if denom > 0.0 else 0.0
+                denom *= corr
+                for d in range(value_dim):
+                    acc[d] *= corr
+                m = sc
+            p = math.exp(sc - m)
+            denom += p
+            for d in range(value_dim):
+                acc[d] += p * v_store[page, slot, vo + d]
+        inv = 1.0 / denom
+        for d in range(value_dim):
+            out[t, h * value_dim + d] = acc[d] * inv

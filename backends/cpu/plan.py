@@ -1,0 +1,240 @@
+"""The cpu backend's plan: the graph turned once into a list of kernel calls on fixed buffers.
+
+Each value of the graph gets a buffer [max_tokens, width] allocated at compile time; a pass
+uses the first T rows. Matmuls over a sequence's rows take the fused decode kernel when that
+sequence contributes few rows (decode, draft verification) and tiles + BLAS otherwise: the
+choice depends only on the sequence's own rows, so the tokens a request gets never depend on
+which other requests share the pass.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from llamay_core.backend_api import Batch
+from llamay_core.graph import ops as G
+from llamay_core.graph.graph import Graph
+from llamay_core.state.host_pages import HostPageStore
+from llamay_backends.cpu import kernels, ops
+
+# A sequence with at most this many rows in a pass uses the fused per-token kernel.
+FUSED_MAX_ROWS = 16
+
+
+class PassInfo:
+    """Per-pass index arrays, computed once per batch and shared by every step."""
+
+    def __init__(self, batch: Batch, page_size: int) -> None:
+        self.batch = batch
+        self.n = batch.n_tokens
+        self.tokens = batch.tokens.astype(np.int64)
+        self.positions = batch.positions.astype(np.int64)
+        self.seq_index = batch.seq_index.astype(np.int64)
+        width = max((len(t) for t in batch.page_tables), default=1)
+        self.tables = np.zeros((len(batch.page_tables), max(width, 1)), np.int64)
+        for s, table in enumerate(batch.page_tables):
+            self.tables[s, :len(table)] = table
+        self.pages = self.tables[self.seq_index, self.positions // page_size]
+        self.slots = self.positions % page_size
+        self.rows = batch.logit_rows.astype(np.int64)
+        counts = np.bincount(self.seq_index, minlength=len(batch.page_tables))
+        small = counts[self.seq_index] <= FUSED_MAX_ROWS
+        self.all_small = bool(small.all())
+        self.small_rows = np.nonzero(small)[0]
+        self.large_segments = []  # contiguous row ranges of sequences with many rows
+        for s in np.nonzero(counts > FUSED_MAX_ROWS)[0]:
+            idx = np.nonzero(self.seq_index == s)[0]
+            self.large_segments.append((int(idx[0]), int(idx[-1]) + 1))
+
+
+def _tokens_count(p: "PassInfo") -> int:
+    return p.n
+
+
+def _rows_count(p: "PassInfo") -> int:
+    return p.n_rows
+
+
+class CpuPlan:
+    def __init__(self, graph: Graph, weights: dict[str, Any], store: HostPageStore, max_tokens: int) -> None:
+        self.graph = graph
+        self.weights = weights
+        self.store = store
+        self.max_tokens = max_tokens
+        self.widths: dict[str, int] = {}
+        self.steps: list[Callable[[PassInfo], None]] = []
+        self._selected: set[str] = set()  # values holding only the rows whose logits are wanted
+        for node in graph.nodes:
+            inputs = [getattr(node, f, None) for f in ("x", "a", "b", "gate", "up", "q", "k", "v")]
+            selected = isinstance(node, G.SelectRows) or any(i in self._selected for i in inputs if i)
+            self._count = _rows_count if selected and not isinstance(node, G.SelectRows) else _tokens_count
+            self.steps.append(self._step(node))
+            if selected and getattr(node, "out", None):
+                self._selected.add(node.out)
+        self.dispatches_per_pass = len(self.steps)
+
+    # -- buffers ------------------------------------------------------------------------------
+    def _buffer(self, name: str, width: int) -> np.ndarray:
+        self.widths[name] = width
+        buf = np.zeros((self.max_tokens, width), np.float32)
+        setattr(self, "_buf_" + name, buf)
+        return buf
+
+    def _value(self, name: str) -> np.ndarray:
+        return getattr(self, "_buf_" + name)
+
+    # -- steps --------------------------------------------------------------------------------
+    def _step(self, node: Any) -> Callable[[PassInfo], None]:
+        w = self.weights
+        count = self._count
+        if isinstance(node, G.Embed):
+            wt = w[node.weight]
+            out = self._buffer(node.out, wt.shape[-1])
+            factor = np.float32(node.scale)
+
+            def embed(p: PassInfo) -> None:
+                kernels.dequantize_rows(wt.code, wt.rows, p.tokens, out[:p.n])
+                if factor != 1.0:
+                    ops.scale(out[:p.n], factor, out[:p.n])
+            return embed
+        if isinstance(node, G.RmsNorm):
+            x = self._value(node.x)
+            out = self._buffer(node.out, x.shape[1])
+            weight = w[node.weight].vector if node.weight else np.ones(1, np.float32)
+            has_w, eps, group, off = node.weight is not None, float(node.eps), int(node.group), float(node.weight_offset)
+            return lambda p: ops.rms_norm(x[:count(p)], weight, has_w, eps, group, off, out[:count(p)])
+        if isinstance(node, G.MatMul):
+            return self._matmul_step(node)
+        if isinstance(node, (G.Add, G.Mul)):
+            a, b = self._value(node.a), self._value(node.b)
+            out = self._buffer(node.out, a.shape[1])
+            fn = ops.add if isinstance(node, G.Add) else ops.mul
+            return lambda p: fn(a[:count(p)], b[:count(p)], out[:count(p)])
+        if isinstance(node, G.Scale):
+            x = self._value(node.x)
+            out = self._buffer(node.out, x.shape[1])
+            f = np.float32(node.factor)
+            return lambda p: ops.scale(x[:count(p)], f, out[:count(p)])
+        if isinstance(node, G.Rope):
+            x = self._value(node.x)
+            out = self._buffer(node.out, x.shape[1])
+            inv = node.base ** (-np.arange(0, node.n_rot, 2, dtype=np.float64) / node.n_rot)
+            args = (node.n_heads, node.head_dim, node.n_rot, node.mode == "neox", inv, float(node.freq_scale))
+            if node.mode not in ("normal", "neox"):
+                raise ValueError(f"unknown rope mode {node.mode!r}")
+            return lambda p: ops.rope(x[:count(p)], p.positions, *args, out[:count(p)])
+        if isinstance(node, G.KvWrite):
+            k, v = self._value(node.k), self._value(node.v)
+            layer = node.layer
+            store = self.store
+            if store.spec.dtype == "f32":
+                ks, vs = store.layer_arrays(layer)[:2]
+                return lambda p: ops.kv_write_f32(k[:count(p)], v[:count(p)], p.pages, p.slots, ks, vs)
+            return lambda p: store.write(layer, p.pages, p.slots, k[:count(p)], v[:count(p)])
+        if isinstance(node, G.Attention):
+            return self._attention_step(node)
+        if isinstance(node, (G.SiluMul, G.GeluMul)):
+            g, u = self._value(node.gate), self._value(node.up)
+            out = self._buffer(node.out, g.shape[1])
+            fn = ops.silu_mul if isinstance(node, G.SiluMul) else ops.gelu_mul
+            return lambda p: fn(g[:count(p)], u[:count(p)], out[:count(p)])
+        if isinstance(node, G.Softcap):
+            x = self._value(node.x)
+            out = self._buffer(node.out, x.shape[1])
+            cap = float(node.cap)
+            return lambda p: ops.softcap(x[:count(p)], cap, out[:count(p)])
+        if isinstance(node, G.Input):
+            out = self._buffer(node.out, node.width)
+
+            def take_input(p: PassInfo) -> None:
+                value = p.batch.inputs[node.out]
+                out[:value.shape[0]] = value
+            return take_input
+        if isinstance(node, G.Export):
+            x = self._value(node.x)
+
+            def export(p: PassInfo) -> None:
+                p.batch.outputs[node.x] = x[:count(p)].copy()
+            return export
+        if isinstance(node, G.SelectRows):
+            x = self._value(node.x)
+            out = self._buffer(node.out, x.shape[1])
+
+            def select(p: PassInfo) -> None:
+                np.take(x, p.rows, axis=0, out=out[:len(p.rows)])
+                p.n_rows = len(p.rows)
+            return select
+        raise NotImplementedError(f"cpu backend has no op {node.name!r}")
+
+    def _matmul_step(self, node: G.MatMul) -> Callable[[PassInfo], None]:
+        count = self._count
+        wt = self.weights[node.weight]
+        x = self._value(node.x)
+        out = self._buffer(node.out, wt.shape[0])
+        bias = self.weights[node.bias].vector if node.bias else None
+        code, rows = wt.code, wt.rows
+        after_select = node.x in self._selected
+
+        def matmul(p: PassInfo) -> None:
+            n = count(p)
+            if n == 1:
+                kernels.matvec(code, rows, x[0], out[0])
+            elif after_select:
+                # logit rows: one per sequence in decode; many only for logits()/verification
+                (kernels.matmul_fused if n <= 4 * FUSED_MAX_ROWS else kernels.matmul)(code, rows, x[:n], out[:n])
+            elif p.all_small:
+                kernels.matmul_fused(code, rows, x[:n], out[:n])
+            else:
+                if len(p.small_rows):
+                    xs = x[p.small_rows]
+                    os_ = np.empty((len(p.small_rows), out.shape[1]), np.float32)
+                    kernels.matmul_fused(code, rows, xs, os_)
+                    out[p.small_rows] = os_
+                for a, b in p.large_segments:
+                    kernels.matmul(code, rows, x[a:b], out[a:b])
+            if bias is not None:
+                ops.add_bias(out[:n], bias)
+        return matmul
+
+    def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
+        count = self._count
+        q = self._value(node.q)
+        out = self._buffer(node.out, node.n_heads * node.value_dim)
+        store = self.store
+        args = (node.n_heads, node.n_kv_heads, node.key_dim, node.value_dim, float(node.scale),
+                float(node.softcap), int(node.window))
+        if store.spec.dtype == "f32":
+            ks, vs = store.layer_arrays(node.layer)[:2]
+            return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args, out[:count(p)])
+        layer = node.layer
+
+        def attention_dequantizing(p: PassInfo) -> None:
+            # f16/vq8 pages: gather each sequence as f32 once per layer, then the same kernel.
+            for s in np.unique(p.seq_index):
+                idx = np.nonzero(p.seq_index == s)[0]
+                length = int(p.positions[idx].max()) + 1
+                k, v = store.gather(layer, p.tables[s], length)
+                ps = store.spec.page_size
+                n_pages = -(-length // ps)
+                kp = np.zeros((n_pages * ps, k.shape[1]), np.float32)
+                vp = np.zeros((n_pages * ps, v.shape[1]), np.float32)
+                kp[:length], vp[:length] = k, v
+                table = np.arange(n_pages, dtype=np.int64)[None, :]
+                ops.attention_f32(np.ascontiguousarray(q[idx]), p.positions[idx], np.zeros(len(idx), np.int64), table,
+                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, out[idx])
+        return attention_dequantizing
+
+    # -- running ------------------------------------------------------------------------------
+    def __call__(self, batch: Batch) -> np.ndarray:
+        p = PassInfo(batch, self.store.spec.page_size)
+        if p.n > self.max_tokens:
+            raise ValueError(f"{p.n} tokens exceed the cpu backend's pass of {self.max_tokens}")
+        p.n_rows = p.n
+        for step in self.steps:
+            step(p)
+        return self._value(self.graph.output)[:len(p.rows)].copy()
+
+    def warm_up(self) -> None:
+        """Compile (or load from Numba's disk cache) every kernel before the first timed pass."""
+        return None

@@ -1,0 +1,398 @@
+"""A graph compiled into a Vulkan plan: buffers, descriptor sets and dispatches made once.
+
+Each pass uploads the batch metadata (tokens, positions, page tables) into one host-visible
+buffer and submits one command buffer. Command buffers are recorded per batch shape (tokens,
+logit rows) and replayed, so a decode step costs one metadata write, one submit and one read.
+A matmul whose only consumer is an add of an earlier value writes the sum itself (residual).
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import attrs
+import numpy as np
+
+from llamay_backends.vulkan.device import Buffer, Device
+from llamay_backends.vulkan.page_store import VulkanPageStore
+from llamay_backends.vulkan.weights import DeviceTensor, DeviceWeights
+from llamay_core.backend_api import Batch
+from llamay_core.errors import BackendError
+from llamay_core.graph import ops as G
+from llamay_core.graph.graph import Graph
+
+MATMUL_TILE, MATMUL_ROWS = 8, 4  # tokens and weight rows per matmul workgroup (matmul.comp)
+ELEMENTWISE = {"add": 0, "mul": 1, "scale": 2, "softcap": 3, "silu_mul": 4, "gelu_mul": 5}
+CACHED_SHAPES = 8  # recorded command buffers kept (decode's shape is always among them)
+
+
+def f32_bits(x: float) -> int:
+    return int(np.array(x, np.float32).view(np.uint32))
+
+
+def spread(n: int, limit: int) -> tuple[int, int, int]:
+    """Workgroup counts for n groups within the per-dimension limit (x, then y)."""
+    n = max(n, 1)
+    x = min(n, limit)
+    return x, -(-n // x), 1
+
+
+@attrs.define
+class Value:
+    width: int
+    per_token: bool  # rows = tokens of the pass; False: rows = logit rows (after select_rows)
+    buffer: Buffer | None = None
+
+
+@attrs.define
+class Step:
+    """One dispatch: its kernel, descriptor set, and push words / groups for a (T, R) shape."""
+
+    kernel: str
+    dset: Any
+    shape: Callable[[int, int], tuple[list[int], tuple[int, int, int]]]
+
+
+class VulkanPlan:
+    """The executable: `plan(batch)` runs one forward pass and returns float32 logits."""
+
+    def __init__(self, device: Device, graph: Graph, weights: DeviceWeights, store: VulkanPageStore,
+                 max_tokens: int) -> None:
+        self.device, self.graph, self.weights, self.store = device, graph, weights, store
+        self.tmax = max_tokens
+        self.words = "" if device.storage16 else "_w32"
+        self.values = self._infer_values()
+        self.fused = self._find_fusions()
+        self.meta_capacity = 6 * self.tmax + 4 * store.spec.max_pages + 1024
+        self.meta: Buffer | None = None
+        self.buffers: list[Buffer] = []
+        self.steps: list[Step] = []
+        self._commands: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self.encode_seconds = 0.0
+        self.execute_seconds = 0.0
+        self.passes = 0
+        self.tokens = 0
+        self._build()
+
+    # ---- compile -----------------------------------------------------------------------------
+
+    def _tensor(self, name: str) -> DeviceTensor:
+        return self.weights.tensors[name]
+
+    def _infer_values(self) -> dict[str, Value]:
+        values: dict[str, Value] = {}
+        for node in self.graph.nodes:
+            if isinstance(node, G.Embed):
+                values[node.out] = Value(self._tensor(node.weight).cols, True)
+            elif isinstance(node, G.MatMul):
+                values[node.out] = Value(self._tensor(node.weight).rows, values[node.x].per_token)
+            elif isinstance(node, G.Attention):
+                values[node.out] = Value(node.n_heads * node.value_dim, values[node.q].per_token)
+            elif isinstance(node, G.SelectRows):
+                values[node.out] = Value(values[node.x].width, False)
+            elif isinstance(node, (G.Add, G.Mul)):
+                values[node.out] = Value(values[node.a].width, values[node.a].per_token)
+            elif isinstance(node, (G.SiluMul, G.GeluMul)):
+                values[node.out] = Value(values[node.gate].width, values[node.gate].per_token)
+            elif isinstance(node, (G.RmsNorm, G.Scale, G.Softcap, G.Rope)):
+                values[node.out] = Value(values[node.x].width, values[node.x].per_token)
+            elif not isinstance(node, G.KvWrite):
+                raise BackendError(f"vulkan backend has no op {node.name!r}")
+        return values
+
+    def _find_fusions(self) -> dict[int, tuple[int, str]]:
+        """matmul index -> (add index, residual value) where the add can be done by the matmul."""
+        producer: dict[str, int] = {}
+        uses: dict[str, int] = {}
+        for i, node in enumerate(self.graph.nodes):
+            for field in ("x", "a", "b", "q", "k", "v", "gate", "up"):
+                name = getattr(node, field, None)
+                if isinstance(name, str):
+                    uses[name] = uses.get(name, 0) + 1
+            if getattr(node, "out", None):
+                producer[node.out] = i
+        fused: dict[int, tuple[int, str]] = {}
+        for i, node in enumerate(self.graph.nodes):
+            if not isinstance(node, G.Add):
+                continue
+            for mine, other in ((node.a, node.b), (node.b, node.a)):
+                j = producer.get(mine, -1)
+                if (j >= 0 and isinstance(self.graph.nodes[j], G.MatMul) and uses.get(mine) == 1
+                        and mine != self.graph.output and producer.get(other, len(self.graph.nodes)) < j
+                        and self.values[other].width == self.values[mine].width):
+                    fused[j] = (i, other)
+                    break
+        return fused
+
+    def _allocate(self) -> None:
+        """Buffers for the values, reused once a value is dead; the logits get a host-visible one."""
+        nodes = self.graph.nodes
+        fused_adds = {a: m for m, (a, _) in self.fused.items()}
+        last_use: dict[str, int] = {}
+        for i, node in enumerate(nodes):
+            for field in ("x", "a", "b", "q", "k", "v", "gate", "up"):
+                name = getattr(node, field, None)
+                if isinstance(name, str):
+                    last_use[name] = max(last_use.get(name, -1), fused_adds.get(i, i) if field in ("a", "b") else i)
+        free: list[Buffer] = []
+        for i, node in enumerate(nodes):
+            if i in fused_adds:
+                continue
+            out = self.fused[i][0] if i in self.fused else None
+            name = nodes[out].out if out is not None else getattr(node, "out", None)
+            if name:
+                value = self.values[name]
+                size = self.tmax * value.width * 4
+                if name == self.graph.output:
+                    value.buffer = Buffer(self.device, size, host_visible=True)
+                    self.buffers.append(value.buffer)
+                else:
+                    fits = sorted((b for b in free if b.size >= size), key=lambda b: b.size)
+                    if fits:
+                        value.buffer = fits[0]
+                        free.remove(fits[0])
+                    else:
+                        value.buffer = Buffer(self.device, size, host_visible=False)
+                        self.buffers.append(value.buffer)
+            for dead in [n for n, last in last_use.items() if last == i]:
+                buf = self.values[dead].buffer
+                if buf is not None and dead != self.graph.output and buf not in free:
+                    free.append(buf)
+
+    def _build(self) -> None:
+        self.meta = Buffer(self.device, 4 * self.meta_capacity, host_visible=True)
+        self._allocate()
+        nodes = self.graph.nodes
+        skip = {a for a, _ in self.fused.values()}
+        for i, node in enumerate(nodes):
+            if i in skip:
+                continue
+            if isinstance(node, G.MatMul) and i in self.fused:
+                add_index, residual = self.fused[i]
+                self._matmul(node, nodes[add_index].out, residual)
+            else:
+                getattr(self, "_" + node.name)(node)
+
+    def _bind(self, slots: dict[int, Buffer | tuple[Buffer, int, int] | None]) -> Any:
+        entries: list[tuple[Buffer, int, int] | None] = [None] * 8
+        for slot, b in slots.items():
+            if isinstance(b, Buffer):
+                entries[slot] = (b, 0, b.size)
+            else:
+                entries[slot] = b
+        entries[7] = (self.meta, 0, self.meta.size)
+        return self.device.descriptor_set(entries)
+
+    def _rows(self, name: str, t: int, r: int) -> int:
+        return t if self.values[name].per_token else r
+
+    def _buf(self, name: str) -> Buffer:
+        return self.values[name].buffer
+
+    def _add_step(self, kernel: str, slots: dict, shape: Callable) -> None:
+        self.steps.append(Step(kernel, self._bind(slots), shape))
+
+    def _embed(self, node: G.Embed) -> None:
+        w = self._tensor(node.weight)
+        for c in w.chunks:
+            self._add_step(f"get_rows_{w.type_name}{self.words}", {0: (c.buffer, 0, c.n_bytes), 2: self._buf(node.out)},
+                           lambda t, r, c=c: ([w.cols, c.row_start, c.n_rows, f32_bits(node.scale)], (t, 1, 1)))
+
+    def _matmul(self, node: G.MatMul, out: str | None = None, residual: str | None = None) -> None:
+        w = self._tensor(node.weight)
+        if w.cols % 32:
+            raise BackendError(f"vulkan matmul reads rows in units of 32 values; {node.weight} has {w.cols}")
+        out = out or node.out
+        bias = self._tensor(node.bias).chunks[0] if node.bias else None
+        flags = (1 if bias else 0) | (2 if residual else 0)
+        limit = self.device.max_groups * MATMUL_ROWS
+        for c in w.chunks:
+            slots = {0: (c.buffer, 0, c.n_bytes), 1: self._buf(node.x), 2: self._buf(out)}
+            if bias:
+                slots[3] = (bias.buffer, 0, bias.n_bytes)
+            if residual:
+                slots[4] = self._buf(residual)
+            dset = self._bind(slots)
+            for base in range(0, c.n_rows, limit):
+                n = min(limit, c.n_rows - base)
+                self.steps.append(Step(
+                    f"matmul_{w.type_name}{self.words}", dset,
+                    lambda t, r, c=c, base=base, n=n: (
+                        [w.cols, self._rows(node.x, t, r), c.row_start, w.rows, flags, base, c.n_rows],
+                        (-(-n // MATMUL_ROWS), -(-self._rows(node.x, t, r) // MATMUL_TILE), 1))))
+
+    def _rms_norm(self, node: G.RmsNorm) -> None:
+        width = self.values[node.x].width
+        group = node.group or width
+        slots = {1: self._buf(node.x), 2: self._buf(node.out)}
+        if node.weight:
+            c = self._tensor(node.weight).chunks[0]
+            slots[3] = (c.buffer, 0, c.n_bytes)
+        self._add_step("rms_norm", slots, lambda t, r: (
+            [width, group, f32_bits(node.eps), f32_bits(node.weight_offset), 1 if node.weight else 0],
+            (self._rows(node.x, t, r), width // group, 1)))
+
+    def _elementwise(self, op: str, a: str, b: str | None, out: str, param: float = 0.0) -> None:
+        width = self.values[a].width
+        slots = {1: self._buf(a), 3: self._buf(out)}
+        if b:
+            slots[2] = self._buf(b)
+        limit = self.device.max_groups
+        self._add_step("elementwise", slots, lambda t, r: (
+            [self._rows(a, t, r) * width, ELEMENTWISE[op], f32_bits(param)],
+            spread(-(-self._rows(a, t, r) * width // 256), limit)))
+
+    def _add(self, node: G.Add) -> None:
+        self._elementwise("add", node.a, node.b, node.out)
+
+    def _mul(self, node: G.Mul) -> None:
+        self._elementwise("mul", node.a, node.b, node.out)
+
+    def _scale(self, node: G.Scale) -> None:
+        self._elementwise("scale", node.x, None, node.out, node.factor)
+
+    def _softcap(self, node: G.Softcap) -> None:
+        self._elementwise("softcap", node.x, None, node.out, node.cap)
+
+    def _silu_mul(self, node: G.SiluMul) -> None:
+        self._elementwise("silu_mul", node.gate, node.up, node.out)
+
+    def _gelu_mul(self, node: G.GeluMul) -> None:
+        self._elementwise("gelu_mul", node.gate, node.up, node.out)
+
+    def _rope(self, node: G.Rope) -> None:
+        if node.mode not in ("normal", "neox"):
+            raise BackendError(f"unknown rope mode {node.mode!r}")
+        half = node.head_dim // 2
+        limit = self.device.max_groups
+        self._add_step("rope", {1: self._buf(node.x), 2: self._buf(node.out)}, lambda t, r: (
+            [t, node.n_heads, node.head_dim, node.n_rot, 1 if node.mode == "neox" else 0, f32_bits(node.base),
+             f32_bits(node.freq_scale)],
+            spread(-(-t * node.n_heads * half // 64), limit)))
+
+    def _layer(self, layer: int) -> Buffer:
+        return self.store.layers[layer]
+
+    def _kv_write(self, node: G.KvWrite) -> None:
+        s = self.store
+        limit = self.device.max_groups
+        self._add_step(f"kv_write_{s.kernel_suffix}", {1: self._buf(node.k), 2: self._buf(node.v),
+                                                        3: self._layer(node.layer)},
+                       lambda t, r: ([t, s.k_width, s.v_width, s.spec.page_size],
+                                     spread(-(-t * (s.k_width + s.v_width) // 64), limit)))
+
+    def _attention(self, node: G.Attention) -> None:
+        if node.value_dim > 256 or node.key_dim > 256 or node.n_heads % node.n_kv_heads:
+            raise BackendError("vulkan attention needs head sizes <= 256 and heads divisible by kv heads")
+        s = self.store
+        self._add_step(f"attention_{s.kernel_suffix}", {1: self._buf(node.q), 2: self._buf(node.out),
+                                                         3: self._layer(node.layer)},
+                       lambda t, r: ([node.n_heads, node.n_kv_heads, node.key_dim, node.value_dim,
+                                      f32_bits(node.scale), f32_bits(node.softcap), node.window, s.spec.page_size],
+                                     (t, node.n_heads, 1)))
+
+    def _select_rows(self, node: G.SelectRows) -> None:
+        width = self.values[node.x].width
+        self._add_step("select_rows", {1: self._buf(node.x), 2: self._buf(node.out)},
+                       lambda t, r: ([r, width], (-(-r * width // 64), 1, 1)))
+
+    # ---- run ---------------------------------------------------------------------------------
+
+    def _record(self, t: int, r: int) -> Any:
+        started = time.perf_counter()
+        cb = self.device.command_buffer()
+        self.device.begin(cb)
+        for step in self.steps:
+            push, groups = step.shape(t, r)
+            self.device.dispatch(cb, step.kernel, step.dset, push + [0] * (15 - len(push)) + [self.tmax], groups)
+            self.device.barrier(cb)
+        self.device.end(cb)
+        self.encode_seconds += time.perf_counter() - started
+        return cb
+
+    def _commands_for(self, t: int, r: int) -> Any:
+        key = (t, r)
+        cb = self._commands.get(key)
+        if cb is None:
+            cb = self._record(t, r)
+            self._commands[key] = cb
+            while len(self._commands) > CACHED_SHAPES:
+                _, old = self._commands.popitem(last=False)
+                self.device.free_command_buffer(old)
+        else:
+            self._commands.move_to_end(key)
+        return cb
+
+    def _write_meta(self, batch: Batch) -> None:
+        started = time.perf_counter()
+        t, tmax, ps = batch.n_tokens, self.tmax, self.store.spec.page_size
+        n_seqs = len(batch.page_tables)
+        tables = []
+        offsets = np.zeros(n_seqs, np.int32)
+        at = 0
+        for s, table in enumerate(batch.page_tables):
+            need = -(-int(batch.kv_lens[s]) // ps)
+            tables.append(np.asarray(table[:need], np.int32))
+            offsets[s] = at
+            at += need
+        if 6 * tmax + at > self.meta_capacity:
+            self._grow_meta(6 * tmax + at)
+        if n_seqs > tmax:
+            raise BackendError(f"{n_seqs} sequences in one pass exceed {tmax}")
+        meta = np.zeros(6 * tmax + at, np.int32)
+        meta[0:t] = batch.tokens
+        meta[tmax:tmax + t] = batch.positions
+        meta[2 * tmax:2 * tmax + t] = batch.seq_index
+        meta[3 * tmax:3 * tmax + len(batch.logit_rows)] = batch.logit_rows
+        meta[4 * tmax:4 * tmax + n_seqs] = batch.kv_lens
+        meta[5 * tmax:5 * tmax + n_seqs] = offsets
+        if tables:
+            meta[6 * tmax:] = np.concatenate(tables)
+        self.meta.write(meta)
+        self.encode_seconds += time.perf_counter() - started
+
+    def _grow_meta(self, words: int) -> None:
+        """A larger metadata buffer (long page tables): rebind it and re-record on next use."""
+        self.meta_capacity = max(words, 2 * self.meta_capacity)
+        old = self.meta
+        self.meta = Buffer(self.device, 4 * self.meta_capacity, host_visible=True)
+        for dset in {id(step.dset): step.dset for step in self.steps}.values():
+            self.device.rebind(dset, 7, self.meta)
+        for cb in self._commands.values():
+            self.device.free_command_buffer(cb)
+        self._commands.clear()
+        old.release()
+
+    def __call__(self, batch: Batch) -> np.ndarray:
+        t, r = batch.n_tokens, len(batch.logit_rows)
+        if not 1 <= t <= self.tmax:
+            raise BackendError(f"a pass of {t} tokens is outside 1..{self.tmax} (max_tokens_per_pass)")
+        if r > self.tmax:
+            raise BackendError(f"{r} logit rows exceed {self.tmax}")
+        self._write_meta(batch)
+        cb = self._commands_for(t, r)
+        started = time.perf_counter()
+        self.device.submit(cb)
+        self.execute_seconds += time.perf_counter() - started
+        self.passes += 1
+        self.tokens += t
+        out = self.values[self.graph.output]
+        rows = r if not out.per_token else t
+        logits = np.frombuffer(out.buffer.read(0, rows * out.width * 4), np.float32).reshape(rows, out.width)
+        # Like the reference, return what the output value holds: the logit rows once the graph
+        # has selected them (every model graph does), all rows of a graph that does not.
+        return logits.copy()
+
+    @property
+    def dispatches(self) -> int:
+        return len(self.steps)
+
+    def release(self) -> None:
+        for cb in self._commands.values():
+            self.device.free_command_buffer(cb)
+        self._commands.clear()
+        for buf in self.buffers:
+            buf.release()
+        if self.meta is not None:
+            self.meta.release()

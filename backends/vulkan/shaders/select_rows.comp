@@ -1,0 +1,18 @@
+#version 450
+// y[r] = x[logit_rows[r]].
+#extension GL_GOOGLE_include_directive : require
+#include "common.glsl"
+
+layout(local_size_x = 64) in;
+layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 2) writeonly buffer Y { float y[]; };
+
+#define N_ROWS pc.u[0]
+#define WIDTH pc.u[1]
+
+void main() {
+    uint i = gl_GlobalInvocationID.x;
+    if (i >= N_ROWS * WIDTH) return;
+    uint r = i / WIDTH, e = i % WIDTH;
+    y[i] = x[uint(meta_row(r)) * WIDTH + e];
+}

@@ -1,0 +1,53 @@
+"""`llamay conformance`: check backends against reference; print the table; record the result."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from llamay_core.cli.args import flag
+
+    flag(p, "backend", default="all", help="backend name, or all (default)")
+    p.add_argument("-m", "--model", "-model", dest="model", default="smollm2:135m",
+                   help="model name or .gguf path for the model level (default smollm2:135m)")
+    flag(p, "o", dest="output", choices=("md", "json"), default="md", help="report format")
+    flag(p, "case", action="append", default=[], metavar="ID",
+         help="rerun one op case by id (op/type/shape/sSEED); repeatable; skips the model level")
+    flag(p, "level", choices=("all", "op", "model"), default="all",
+         help="op level, model level or both (only both writes a record)")
+    flag(p, "full", action="store_true", help="more prompts, tokens and goldens at the model level")
+    flag(p, "seed", type=int, default=0, help="seed of the op grid's random inputs")
+
+
+def run(args: argparse.Namespace) -> int:
+    from llamay_core.plugins_runtime.manager import get_registry
+    from llamay_conformance.model_level import Effort
+    from llamay_conformance.runner import Conformance
+
+    registry = get_registry()
+    if args.backend == "all":
+        names = sorted(registry.backends, key=lambda n: (-registry.backends[n].priority, n))
+    else:
+        registry.backend_info(args.backend)
+        names = [args.backend]
+    suite = Conformance(model=args.model, effort=Effort.full() if args.full else Effort(), seed=args.seed)
+    reports = []
+    for name in names:
+        report = suite.check(name, ops=args.level in ("all", "op"), model=args.level in ("all", "model") and not args.case,
+                             case_ids=args.case)
+        reports.append(report)
+        if args.output == "md":
+            print(report.markdown(), flush=True)
+    if args.output == "json":
+        json.dump([r.as_json() for r in reports], sys.stdout, indent=1)
+        print()
+    checked = [r for r in reports if not r.skipped]
+    failed = [r.backend for r in checked if not r.passed]
+    if args.output == "md":
+        skipped = [f"{r.backend} ({r.skipped})" for r in reports if r.skipped]
+        print(f"conformance: {len(checked) - len(failed)}/{len(checked)} backends pass"
+              + (f"; FAIL: {', '.join(failed)}" if failed else "")
+              + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
+    return 1 if failed or not checked else 0

@@ -1,0 +1,83 @@
+"""The JSON shapes OpenAI's API answers with: whole responses, stream chunks, usage and logprobs."""
+from __future__ import annotations
+
+from typing import Any
+
+from llamay_core.server.scheduler import TokenLogprob, Usage
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+class LogprobsBuilder:
+    """Collects per-token logprobs in the completion (`tokens`, `token_logprobs`, ...) or chat shape."""
+
+    def __init__(self, chat: bool) -> None:
+        self.chat = chat
+        self.offset = 0  # characters of text before the next token, for `text_offset`
+
+    def shape(self, items: list[TokenLogprob]) -> dict[str, Any]:
+        if self.chat:
+            return {"content": [
+                {"token": t.token, "logprob": t.logprob, "bytes": t.bytes,
+                 "top_logprobs": [{"token": s, "logprob": lp, "bytes": b} for s, b, lp in t.top]}
+                for t in items]}
+        offsets = []
+        for t in items:
+            offsets.append(self.offset)
+            self.offset += len(t.token)
+        return {
+            "tokens": [t.token for t in items],
+            "token_logprobs": [t.logprob for t in items],
+            "top_logprobs": [_by_text(t.top) for t in items],
+            "text_offset": offsets,
+        }
+
+
+def _by_text(top: list[tuple[str, list[int], float]]) -> dict[str, float]:
+    """OpenAI's completion shape keys alternatives by text; tokens sharing a text keep the likeliest."""
+    out: dict[str, float] = {}
+    for text, _, logprob in top:
+        out.setdefault(text, logprob)
+    return out
+
+
+def completion_body(rid: str, created: int, model: str, chat: bool, text: str, finish_reason: str,
+                    usage: Usage, logprobs: dict[str, Any] | None) -> dict[str, Any]:
+    choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish_reason}
+    if chat:
+        choice["message"] = {"role": "assistant", "content": text}
+    else:
+        choice["text"] = text
+    return {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+            "model": model, "choices": [choice], "usage": usage_body(usage)}
+
+
+def chunk_body(rid: str, created: int, model: str, chat: bool, *, text: str | None = None,
+               role: bool = False, finish_reason: str | None = None,
+               logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One stream chunk. Chat chunks carry a `delta`; the first one announces the role."""
+    choice: dict[str, Any] = {"index": 0, "logprobs": logprobs, "finish_reason": finish_reason}
+    if chat:
+        delta: dict[str, Any] = {}
+        if role:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice["delta"] = delta
+    else:
+        choice["text"] = text or ""
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+            "model": model, "choices": [choice]}
+
+
+def usage_chunk(rid: str, created: int, model: str, chat: bool, usage: Usage) -> dict[str, Any]:
+    """The last chunk when `stream_options.include_usage`: no choices, just usage."""
+    return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
+            "model": model, "choices": [], "usage": usage_body(usage)}

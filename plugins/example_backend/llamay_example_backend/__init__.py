@@ -1,0 +1,1 @@
+"""An example llamay backend in NumPy: a complete, conformance-passing starting point."""

@@ -59,12 +59,14 @@ def tiny_model_path(tmp_path):
 
 @pytest.fixture(autouse=True, scope="session")
 def _scratch_records(tmp_path_factory):
-    """Conformance records written by tests go to a scratch folder, never the user's."""
+    """Conformance records and GGUF indexes written by tests go to scratch folders, never the user's."""
     folder = tmp_path_factory.mktemp("records")
-    old = os.environ.get("LLAMAY_RECORDS_DIR")
+    saved = {k: os.environ.get(k) for k in ("LLAMAY_RECORDS_DIR", "LLAMAY_INDEX_DIR")}
     os.environ["LLAMAY_RECORDS_DIR"] = str(folder)
+    os.environ["LLAMAY_INDEX_DIR"] = str(tmp_path_factory.mktemp("gguf-index"))
     yield folder
-    if old is None:
-        os.environ.pop("LLAMAY_RECORDS_DIR", None)
-    else:
-        os.environ["LLAMAY_RECORDS_DIR"] = old
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -40,7 +40,7 @@ class CpuBackend:
     name = "cpu"
     version = source_fingerprint(__file__)
     capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16", "vq8"},
-                                max_tokens_per_pass=4096)
+                                max_tokens_per_pass=512)
 
     def __init__(self) -> None:
         self.threads: int | None = None

@@ -135,7 +135,11 @@ def kv_write_f32(k, v, pages, slots, k_store, v_store):
 @_par
 def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                   key_dim, value_dim, scale, cap, window, out):
-    """Causal GQA attention over paged K/V with an online softmax, one task per (token, head)."""
+    """Causal GQA attention over paged K/V, one task per (token, head).
+
+    Two passes over the visible keys (scores, then the weighted sum of values) keep the inner
+    loops contiguous over the head dimension, so they vectorise.
+    """
     t_count = q.shape[0]
     page_size = k_store.shape[1]
     group = n_heads // n_kv_heads
@@ -148,31 +152,38 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
         first = 0
         if window > 0 and pos - window + 1 > 0:
             first = pos - window + 1
-        m = -np.inf
-        denom = 0.0
-        acc = np.zeros(value_dim, np.float32)
-        qo = h * key_dim
+        n = pos + 1 - first
+        scores = np.empty(n, np.float32)
+        qh = q[t, h * key_dim:(h + 1) * key_dim]
         ko = kvh * key_dim
         vo = kvh * value_dim
-        for j in range(first, pos + 1):
-            page = table[j // page_size]
-            slot = j % page_size
-            sc = 0.0
+        m = -np.inf
+        for j in range(n):
+            key = first + j
+            krow = k_store[table[key // page_size], key % page_size, ko:ko + key_dim]
+            sc = np.float32(0.0)
             for d in range(key_dim):
-                sc += q[t, qo + d] * k_store[page, slot, ko + d]
+                sc += qh[d] * krow[d]
             sc *= scale
             if cap > 0.0:
                 sc = cap * math.tanh(sc / cap)
+            scores[j] = sc
             if sc > m:
-                corr = math.exp(m - sc) if denom > 0.0 else 0.0
-                denom *= corr
-                for d in range(value_dim):
-                    acc[d] *= corr
                 m = sc
-            p = math.exp(sc - m)
-            denom += p
-            for d in range(value_dim):
-                acc[d] += p * v_store[page, slot, vo + d]
-        inv = 1.0 / denom
+        denom = 0.0
+        for j in range(n):
+            e = math.exp(scores[j] - m)
+            scores[j] = e
+            denom += e
+        o = out[t, h * value_dim:(h + 1) * value_dim]
         for d in range(value_dim):
-            out[t, h * value_dim + d] = acc[d] * inv
+            o[d] = 0.0
+        for j in range(n):
+            key = first + j
+            vrow = v_store[table[key // page_size], key % page_size, vo:vo + value_dim]
+            w = scores[j]
+            for d in range(value_dim):
+                o[d] += w * vrow[d]
+        inv = np.float32(1.0 / denom)
+        for d in range(value_dim):
+            o[d] *= inv

@@ -5,6 +5,7 @@ driver gets "unavailable: <reason>" from probe(), never an import crash.
 """
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any, Mapping
 
@@ -15,7 +16,9 @@ from llamay_core.graph.graph import Graph
 from llamay_core.graph.ops import OP_NAMES
 from llamay_backends.vulkan.shader_build import SPV_DIR, WEIGHT_TYPES, kernel_variants
 
-MAX_TOKENS_PER_PASS = 256
+# 128 keeps a pass's logits (128 x vocab floats) within a 128 MiB storage binding for vocabularies
+# up to 262k; prefill tiles of 128 tokens already reuse each decoded weight 128 times.
+MAX_TOKENS_PER_PASS = 128
 
 
 class VulkanBackend:
@@ -40,7 +43,7 @@ class VulkanBackend:
         if missing:
             return Availability(False, f"{len(missing)} compiled kernels missing (e.g. {missing[0]}.spv)")
         try:
-            import vulkan  # noqa: F401  (raises OSError when libvulkan is absent)
+            importlib.import_module("vulkan")  # raises OSError when libvulkan is absent
         except ImportError:
             return Availability(False, "the vulkan Python binding is not installed (pip install 'llamay[vulkan]')")
         except OSError as exc:
@@ -51,10 +54,12 @@ class VulkanBackend:
             self._device = Device()
         except Exception as exc:  # the binding raises one class per VkResult
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            return Availability(False, f"no usable Vulkan driver or device ({reason})")
+            if type(exc).__name__ == "VkErrorIncompatibleDriver":
+                reason = "no Vulkan driver (ICD) found, e.g. apt install mesa-vulkan-drivers"
+            return Availability(False, f"no usable Vulkan driver or device: {reason}")
         details = self._device.details()
-        return Availability(True, device=f"{details['device']} · {details['driver']} · Vulkan {details['api version']}",
-                            details=details)
+        device = f"{details['device']} · {details['driver']} · Vulkan {details['api version']}"
+        return Availability(True, device=device, details=details)
 
     @property
     def device(self) -> Any:
@@ -89,7 +94,7 @@ class VulkanBackend:
     def describe(self) -> dict[str, str]:
         words = "16-bit storage" if self._device is not None and self._device.storage16 else "32-bit words"
         return {"kernels": f"glsl→spir-v ({words})", "matmul": "vulkan in-shader dequant, ggml blocks",
-                "gemm": f"vulkan dequant-once tiles of 8 tokens", "repack": "off (ggml blocks on device)"}
+                "gemm": "vulkan dequant-once tiles of 8 tokens", "repack": "off (ggml blocks on device)"}
 
     def bench_lines(self) -> list[str]:
         if not self._plans:
@@ -97,6 +102,6 @@ class VulkanBackend:
         plan = self._plans[-1]
         busy = plan.encode_seconds + plan.execute_seconds
         share = 100.0 * plan.encode_seconds / busy if busy else 0.0
-        return [f"decode: {plan.dispatches} dispatches per token, one submission",
+        return [f"decode: {plan.dispatches} dispatches per token ({plan.barriers} barriers), one submission",
                 f"cpu encoding {plan.encode_seconds * 1e3:.0f}ms · gpu execution {plan.execute_seconds:.3f}s "
                 f"({share:.0f}% encoding)"]

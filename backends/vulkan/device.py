@@ -206,7 +206,8 @@ class Device:
     def descriptor_set(self, buffers: Sequence[tuple[Buffer, int, int] | None]) -> Any:
         """A set binding (buffer, offset, size) at each slot; None slots get a dummy buffer."""
         if self._pool_left == 0:
-            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, descriptorCount=256 * N_BINDINGS)]
+            sizes = [vk.VkDescriptorPoolSize(type=vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                             descriptorCount=256 * N_BINDINGS)]
             info = vk.VkDescriptorPoolCreateInfo(maxSets=256, poolSizeCount=1, pPoolSizes=sizes)
             self._pools.append(vk.vkCreateDescriptorPool(self.handle, info, None))
             self._pool_left = 256

@@ -3,7 +3,8 @@
 Each pass uploads the batch metadata (tokens, positions, page tables) into one host-visible
 buffer and submits one command buffer. Command buffers are recorded per batch shape (tokens,
 logit rows) and replayed, so a decode step costs one metadata write, one submit and one read.
-A matmul whose only consumer is an add of an earlier value writes the sum itself (residual).
+A matmul also does the add of a residual to its output and the silu/gelu_mul making its input
+(see _find_fusions), which saves two dispatches per layer of a llama-like model.
 """
 from __future__ import annotations
 
@@ -25,6 +26,9 @@ from llamay_core.graph.graph import Graph
 MATMUL_TILE, MATMUL_ROWS = 8, 4  # tokens and weight rows per matmul workgroup (matmul.comp)
 ELEMENTWISE = {"add": 0, "mul": 1, "scale": 2, "softcap": 3, "silu_mul": 4, "gelu_mul": 5}
 CACHED_SHAPES = 8  # recorded command buffers kept (decode's shape is always among them)
+# The binding each kernel writes; every other bound buffer is only read.
+WRITTEN_SLOT = {"matmul": 2, "get_rows": 2, "rms_norm": 2, "elementwise": 3, "rope": 2, "kv_write": 3,
+                "attention": 2, "select_rows": 2}
 
 
 def f32_bits(x: float) -> int:
@@ -45,6 +49,21 @@ class Value:
     buffer: Buffer | None = None
 
 
+def reads(node: Any) -> list[str]:
+    """The values a node reads."""
+    fields = ("x", "a", "b", "q", "k", "v", "gate", "up")
+    return [getattr(node, f) for f in fields if isinstance(getattr(node, f, None), str)]
+
+
+@attrs.define
+class MatMulFusion:
+    """Work a matmul takes over: an add (its residual operand) and/or the silu/gelu_mul making x."""
+
+    add: int | None = None
+    residual: str | None = None
+    glu: int | None = None
+
+
 @attrs.define
 class Step:
     """One dispatch: its kernel, descriptor set, and push words / groups for a (T, R) shape."""
@@ -52,6 +71,8 @@ class Step:
     kernel: str
     dset: Any
     shape: Callable[[int, int], tuple[list[int], tuple[int, int, int]]]
+    reads: frozenset[int]  # ids of the buffers it reads
+    writes: frozenset[int]
 
 
 class VulkanPlan:
@@ -69,6 +90,7 @@ class VulkanPlan:
         self.buffers: list[Buffer] = []
         self.steps: list[Step] = []
         self._commands: OrderedDict[tuple[int, int], Any] = OrderedDict()
+        self.barriers = 0
         self.encode_seconds = 0.0
         self.execute_seconds = 0.0
         self.passes = 0
@@ -101,49 +123,70 @@ class VulkanPlan:
                 raise BackendError(f"vulkan backend has no op {node.name!r}")
         return values
 
-    def _find_fusions(self) -> dict[int, tuple[int, str]]:
-        """matmul index -> (add index, residual value) where the add can be done by the matmul."""
+    def _find_fusions(self) -> dict[int, MatMulFusion]:
+        """Matmuls that also do their neighbours' work, by matmul index.
+
+        An add of an earlier value to a matmul's output becomes the matmul's residual; a
+        silu_mul/gelu_mul whose only reader is a matmul is computed while that matmul loads x.
+        """
+        nodes = self.graph.nodes
         producer: dict[str, int] = {}
         uses: dict[str, int] = {}
-        for i, node in enumerate(self.graph.nodes):
-            for field in ("x", "a", "b", "q", "k", "v", "gate", "up"):
-                name = getattr(node, field, None)
-                if isinstance(name, str):
-                    uses[name] = uses.get(name, 0) + 1
+        for i, node in enumerate(nodes):
+            for name in reads(node):
+                uses[name] = uses.get(name, 0) + 1
             if getattr(node, "out", None):
                 producer[node.out] = i
-        fused: dict[int, tuple[int, str]] = {}
-        for i, node in enumerate(self.graph.nodes):
+        fusions: dict[int, MatMulFusion] = {}
+
+        def single_use(name: str) -> bool:
+            return uses.get(name) == 1 and name != self.graph.output
+
+        for i, node in enumerate(nodes):
+            if isinstance(node, G.MatMul):
+                j = producer.get(node.x, -1)
+                if j >= 0 and isinstance(nodes[j], (G.SiluMul, G.GeluMul)) and single_use(node.x):
+                    fusions.setdefault(i, MatMulFusion()).glu = j
             if not isinstance(node, G.Add):
                 continue
             for mine, other in ((node.a, node.b), (node.b, node.a)):
                 j = producer.get(mine, -1)
-                if (j >= 0 and isinstance(self.graph.nodes[j], G.MatMul) and uses.get(mine) == 1
-                        and mine != self.graph.output and producer.get(other, len(self.graph.nodes)) < j
-                        and self.values[other].width == self.values[mine].width):
-                    fused[j] = (i, other)
+                if (j >= 0 and isinstance(nodes[j], G.MatMul) and single_use(mine)
+                        and producer.get(other, len(nodes)) < j and self.values[other].width == self.values[mine].width):
+                    fusion = fusions.setdefault(j, MatMulFusion())
+                    fusion.add, fusion.residual = i, other
                     break
-        return fused
+        return fusions
+
+    def _absorbed(self) -> dict[int, int]:
+        """Node index -> index of the matmul that does its work."""
+        absorbed = {}
+        for m, f in self.fused.items():
+            for i in (f.add, f.glu):
+                if i is not None:
+                    absorbed[i] = m
+        return absorbed
 
     def _allocate(self) -> None:
         """Buffers for the values, reused once a value is dead; the logits get a host-visible one."""
         nodes = self.graph.nodes
-        fused_adds = {a: m for m, (a, _) in self.fused.items()}
+        absorbed = self._absorbed()
         last_use: dict[str, int] = {}
         for i, node in enumerate(nodes):
-            for field in ("x", "a", "b", "q", "k", "v", "gate", "up"):
-                name = getattr(node, field, None)
-                if isinstance(name, str):
-                    last_use[name] = max(last_use.get(name, -1), fused_adds.get(i, i) if field in ("a", "b") else i)
+            for name in reads(node):
+                last_use[name] = max(last_use.get(name, -1), absorbed.get(i, i))
         free: list[Buffer] = []
         for i, node in enumerate(nodes):
-            if i in fused_adds:
+            if i in absorbed:
                 continue
-            out = self.fused[i][0] if i in self.fused else None
-            name = nodes[out].out if out is not None else getattr(node, "out", None)
+            fusion = self.fused.get(i)
+            name = nodes[fusion.add].out if fusion and fusion.add is not None else getattr(node, "out", None)
             if name:
                 value = self.values[name]
                 size = self.tmax * value.width * 4
+                if size > self.device.max_binding:
+                    raise BackendError(f"{name} needs {size / 2**20:.0f} MiB for {self.tmax} tokens, more than this "
+                                       f"device's storage binding of {self.device.max_binding / 2**20:.0f} MiB")
                 if name == self.graph.output:
                     value.buffer = Buffer(self.device, size, host_visible=True)
                     self.buffers.append(value.buffer)
@@ -163,16 +206,20 @@ class VulkanPlan:
     def _build(self) -> None:
         self.meta = Buffer(self.device, 4 * self.meta_capacity, host_visible=True)
         self._allocate()
-        nodes = self.graph.nodes
-        skip = {a for a, _ in self.fused.values()}
-        for i, node in enumerate(nodes):
-            if i in skip:
+        absorbed = self._absorbed()
+        for i, node in enumerate(self.graph.nodes):
+            if i in absorbed:
                 continue
-            if isinstance(node, G.MatMul) and i in self.fused:
-                add_index, residual = self.fused[i]
-                self._matmul(node, nodes[add_index].out, residual)
+            if isinstance(node, G.MatMul):
+                self._matmul(node, self.fused.get(i))
             else:
                 getattr(self, "_" + node.name)(node)
+
+    def _step(self, kernel: str, dset: Any, slots: dict, shape: Callable) -> Step:
+        bound = {slot: b if isinstance(b, Buffer) else b[0] for slot, b in slots.items() if b is not None}
+        written = WRITTEN_SLOT[next(k for k in WRITTEN_SLOT if kernel.startswith(k))]
+        return Step(kernel, dset, shape, frozenset(id(b) for slot, b in bound.items() if slot != written),
+                    frozenset({id(bound[written])}))
 
     def _bind(self, slots: dict[int, Buffer | tuple[Buffer, int, int] | None]) -> Any:
         entries: list[tuple[Buffer, int, int] | None] = [None] * 8
@@ -191,7 +238,7 @@ class VulkanPlan:
         return self.values[name].buffer
 
     def _add_step(self, kernel: str, slots: dict, shape: Callable) -> None:
-        self.steps.append(Step(kernel, self._bind(slots), shape))
+        self.steps.append(self._step(kernel, self._bind(slots), slots, shape))
 
     def _embed(self, node: G.Embed) -> None:
         w = self._tensor(node.weight)
@@ -199,25 +246,31 @@ class VulkanPlan:
             self._add_step(f"get_rows_{w.type_name}{self.words}", {0: (c.buffer, 0, c.n_bytes), 2: self._buf(node.out)},
                            lambda t, r, c=c: ([w.cols, c.row_start, c.n_rows, f32_bits(node.scale)], (t, 1, 1)))
 
-    def _matmul(self, node: G.MatMul, out: str | None = None, residual: str | None = None) -> None:
+    def _matmul(self, node: G.MatMul, fusion: MatMulFusion | None = None) -> None:
         w = self._tensor(node.weight)
         if w.cols % 32:
             raise BackendError(f"vulkan matmul reads rows in units of 32 values; {node.weight} has {w.cols}")
-        out = out or node.out
+        fusion = fusion or MatMulFusion()
+        out = self.graph.nodes[fusion.add].out if fusion.add is not None else node.out
+        glu = self.graph.nodes[fusion.glu] if fusion.glu is not None else None
         bias = self._tensor(node.bias).chunks[0] if node.bias else None
-        flags = (1 if bias else 0) | (2 if residual else 0)
+        flags = (1 if bias else 0) | (2 if fusion.residual else 0)
+        if glu is not None:
+            flags |= 4 if isinstance(glu, G.SiluMul) else 8
         limit = self.device.max_groups * MATMUL_ROWS
         for c in w.chunks:
-            slots = {0: (c.buffer, 0, c.n_bytes), 1: self._buf(node.x), 2: self._buf(out)}
+            slots = {0: (c.buffer, 0, c.n_bytes), 1: self._buf(glu.gate if glu else node.x), 2: self._buf(out)}
             if bias:
                 slots[3] = (bias.buffer, 0, bias.n_bytes)
-            if residual:
-                slots[4] = self._buf(residual)
+            if fusion.residual:
+                slots[4] = self._buf(fusion.residual)
+            if glu is not None:
+                slots[5] = self._buf(glu.up)
             dset = self._bind(slots)
             for base in range(0, c.n_rows, limit):
                 n = min(limit, c.n_rows - base)
-                self.steps.append(Step(
-                    f"matmul_{w.type_name}{self.words}", dset,
+                self.steps.append(self._step(
+                    f"matmul_{w.type_name}{self.words}", dset, slots,
                     lambda t, r, c=c, base=base, n=n: (
                         [w.cols, self._rows(node.x, t, r), c.row_start, w.rows, flags, base, c.n_rows],
                         (-(-n // MATMUL_ROWS), -(-self._rows(node.x, t, r) // MATMUL_TILE), 1))))
@@ -295,7 +348,7 @@ class VulkanPlan:
     def _select_rows(self, node: G.SelectRows) -> None:
         width = self.values[node.x].width
         self._add_step("select_rows", {1: self._buf(node.x), 2: self._buf(node.out)},
-                       lambda t, r: ([r, width], (-(-r * width // 64), 1, 1)))
+                       lambda t, r: ([r, width], spread(-(-r * width // 64), self.device.max_groups)))
 
     # ---- run ---------------------------------------------------------------------------------
 
@@ -303,10 +356,23 @@ class VulkanPlan:
         started = time.perf_counter()
         cb = self.device.command_buffer()
         self.device.begin(cb)
+        # A barrier only where a dispatch reads or overwrites what an earlier one since the last
+        # barrier wrote (or overwrites what it read): independent dispatches such as the q, k and v
+        # projections may run together on a GPU.
+        written: set[int] = set()
+        read: set[int] = set()
+        self.barriers = 0
         for step in self.steps:
+            if step.reads & written or step.writes & (written | read):
+                self.device.barrier(cb)
+                self.barriers += 1
+                written.clear()
+                read.clear()
             push, groups = step.shape(t, r)
             self.device.dispatch(cb, step.kernel, step.dset, push + [0] * (15 - len(push)) + [self.tmax], groups)
-            self.device.barrier(cb)
+            written |= step.writes
+            read |= step.reads
+        self.device.barrier(cb)  # the host reads the logits
         self.device.end(cb)
         self.encode_seconds += time.perf_counter() - started
         return cb

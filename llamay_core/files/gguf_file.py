@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -54,7 +55,7 @@ class GGUFFile:
     path: Path
     metadata: Mapping[str, Any] = attrs.field(repr=False)
     tensors: Mapping[str, TensorInfo] = attrs.field(repr=False)
-    reader: GGUFReader = attrs.field(repr=False, eq=False)
+    reader: GGUFReader | None = attrs.field(repr=False, eq=False)  # None when read from the index cache
 
     @property
     def architecture(self) -> str:
@@ -107,7 +108,58 @@ def read_metadata(reader: GGUFReader) -> dict[str, Any]:
     return {name: _field_value(field) for name, field in reader.fields.items()}
 
 
-def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+# Typed views for the plain types; block formats stay uint8 rows, as GGUFReader returns them.
+_PLAIN_DTYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16,
+                 GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8,
+                 GGMLQuantizationType.I16: np.int16, GGMLQuantizationType.I32: np.int32,
+                 GGMLQuantizationType.I64: np.int64}
+INDEX_FORMAT = 1
+
+
+def _index_path(path: Path) -> Path:
+    from llamay_core.files.model_names import llamay_home
+
+    folder = Path(os.environ.get("LLAMAY_INDEX_DIR") or llamay_home() / "index")
+    return folder / f"{path.stem}-{file_identity(path)}.v{INDEX_FORMAT}.pkl"
+
+
+def _from_index(path: Path) -> GGUFFile | None:
+    """The file as GGUFReader saw it last time: metadata from the index, tensors memory-mapped.
+
+    GGUFReader builds a NumPy view per vocabulary entry, seconds for a 150k-token vocabulary;
+    the index keeps what it found, keyed by the file's size, header and tail.
+    """
+    try:
+        index = pickle.loads(_index_path(path).read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
+        return None
+    mm = np.memmap(path, dtype=np.uint8, mode="r")
+    tensors = {}
+    for name, type_id, shape, offset, nbytes in index["tensors"]:
+        ggml_type = GGMLQuantizationType(type_id)
+        raw = mm[offset:offset + nbytes]
+        if ggml_type in _PLAIN_DTYPES:
+            data = raw.view(_PLAIN_DTYPES[ggml_type]).reshape(shape)
+        else:
+            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+            data = raw.reshape(rows, -1)
+        tensors[name] = TensorInfo(name=name, ggml_type=ggml_type, shape=tuple(shape), data=data)
+    return GGUFFile(path=path, metadata=index["metadata"], tensors=tensors, reader=None)
+
+
+def _write_index(gguf_file: GGUFFile, offsets: dict[str, int]) -> None:
+    try:
+        target = _index_path(gguf_file.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        entries = [(t.name, int(t.ggml_type), t.shape, offsets[t.name], t.n_bytes) for t in gguf_file.tensors.values()]
+        tmp = target.with_suffix(".tmp")
+        tmp.write_bytes(pickle.dumps({"metadata": dict(gguf_file.metadata), "tensors": entries}))
+        tmp.replace(target)
+    except OSError:
+        pass  # a read-only home only costs the next load its speed
+
+
+def open_gguf(path: str | os.PathLike[str], use_index: bool = True) -> GGUFFile:
     """Open and validate the container. Raises ModelFileError with a one-line reason."""
     path = Path(path)
     if not path.exists():
@@ -118,6 +170,10 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise ModelFileError(path, f"not a GGUF file (magic bytes {magic!r}, expected b'GGUF')")
+    if use_index:
+        indexed = _from_index(path)
+        if indexed is not None:
+            return indexed
     try:
         reader = GGUFReader(path, "r")
     except (ValueError, IndexError, OverflowError, KeyError, MemoryError, EOFError) as exc:
@@ -125,6 +181,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except Exception as exc:  # the reader raises bare exceptions on some damage
         raise ModelFileError(path, f"unreadable GGUF ({_short(exc)})") from None
     tensors: dict[str, TensorInfo] = {}
+    offsets: dict[str, int] = {}
     file_size = os.path.getsize(path)
     for t in reader.tensors:
         try:
@@ -137,7 +194,11 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         if int(t.data_offset) + expected > file_size or t.data.nbytes < expected:
             raise ModelFileError(path, f"truncated: tensor {t.name} runs past the end of the file")
         tensors[t.name] = TensorInfo(name=t.name, ggml_type=ggml_type, shape=shape, data=t.data)
-    return GGUFFile(path=path, metadata=read_metadata(reader), tensors=tensors, reader=reader)
+        offsets[t.name] = int(t.data_offset)
+    result = GGUFFile(path=path, metadata=read_metadata(reader), tensors=tensors, reader=reader)
+    if use_index:
+        _write_index(result, offsets)
+    return result
 
 
 def _short(exc: BaseException) -> str:

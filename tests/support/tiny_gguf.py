@@ -91,7 +91,7 @@ def write_tiny_llama(path: Path, *, arch: str = "llama", n_layers: int = 2, d: i
                 q = quantize(arr, weight_type)
                 w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=weight_type)
         else:
-            w.add_tensor(name, arr)
+            w.add_tensor(name, arr if arr.dtype != np.float64 else arr.astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

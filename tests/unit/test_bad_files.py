@@ -68,3 +68,21 @@ def test_cli_exit_code_2_without_traceback(tmp_path, case):
     lines = [l for l in proc.stderr.splitlines() if l.strip()]
     assert len(lines) == 1, proc.stderr
     assert expected in lines[0]
+
+
+def test_index_cache_gives_the_same_file_and_follows_changes(tmp_path):
+    from llamay_core.files.gguf_file import open_gguf
+
+    path = write_tiny_llama(tmp_path / "m.gguf")
+    first = open_gguf(path)
+    cached = open_gguf(path)
+    assert first.reader is not None and cached.reader is None
+    assert cached.metadata == first.metadata
+    for name, t in first.tensors.items():
+        c = cached.tensors[name]
+        assert (c.shape, c.ggml_type, c.data.dtype) == (t.shape, t.ggml_type, t.data.dtype)
+        assert np.array_equal(c.raw_rows(), t.raw_rows())
+    data = path.read_bytes()
+    path.write_bytes(data[:-3000])  # a changed file is never served from a stale index
+    with pytest.raises(ModelFileError, match="truncated"):
+        open_gguf(path)

@@ -109,6 +109,27 @@ def test_matvec_default_matches_reference(name):
     assert nmse(np.concatenate(outs), np.concatenate(refs)) < tol
 
 
+@pytest.mark.parametrize("name", ["Q4_1", "Q5_0", "Q6_K", "F16"])
+def test_serial_building_blocks(name):
+    # what a whole-layer Numba kernel calls per task: one prepared x, row ranges
+    rng = np.random.default_rng(17)
+    code = K.type_code(name)
+    rows, cols = shapes_for(name)[-1]
+    w = make_weights(name, rows, cols, rng)
+    x = rng.standard_normal(cols).astype(np.float32)
+    ref = reference(name, w) @ x.astype(np.float64)
+    out = np.full(rows, np.nan, np.float32)
+    xa = K.prepare_x(x)
+    K.dot_rows(code, w, x, xa, out, 0, 5)
+    K.dot_rows(code, w, x, xa, out, 5, rows)
+    assert nmse(out, ref) < FLOAT_TOL
+    if name in QUANT:
+        out[:] = np.nan
+        xq, xa = K.prepare_x_q8(x)
+        K.qdot_rows(code, w, xq, xa, out, 0, rows)
+        assert nmse(out, ref) < Q8_TOL
+
+
 @pytest.mark.parametrize("name", GGUF_CAN_QUANTIZE)
 def test_matvec_on_gguf_quantized_weights(name):
     rng = np.random.default_rng(7)
@@ -148,12 +169,13 @@ def test_matmul_matches_reference(name):
     rows, cols = shapes_for(name)[2]
     w = make_weights(name, rows, cols, rng)
     ref_w = reference(name, w)
-    for T in (1, 2, 5):
+    for T in (1, 2, K.SMALL_T + 2):
         X = rng.standard_normal((T, cols)).astype(np.float32)
         OUT = np.full((T, rows), np.nan, np.float32)
         # a tile smaller than rows, not dividing it, exercises the tiling and the tail tile
         K.matmul(code, w, X, OUT, tile_rows=4)
-        assert nmse(OUT, X.astype(np.float64) @ ref_w.T) < FLOAT_TOL, (name, T)
+        tol = Q8_TOL if T <= K.SMALL_T and K.uses_q8(code) else FLOAT_TOL
+        assert nmse(OUT, X.astype(np.float64) @ ref_w.T) < tol, (name, T)
         OUT2 = np.empty_like(OUT)
         K.matmul_fused(code, w, X, OUT2)
         assert nmse(OUT2, X.astype(np.float64) @ ref_w.T) < FLOAT_TOL, (name, T)
@@ -184,32 +206,91 @@ def test_dequantize_rows_matches_reference(name):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
 
 
+def _gguf_tensors(path):
+    """{name: (type name, rows, uint8[rows, row_bytes] memmap)} for the 2-D tensors.
+
+    A minimal GGUF tensor-table reader: gguf.GGUFReader decodes every metadata array
+    (150k-token vocabularies) in Python, which takes seconds this test does not need.
+    """
+    import struct
+
+    f = open(path, "rb")
+    rd = lambda fmt: struct.unpack("<" + fmt, f.read(struct.calcsize("<" + fmt)))[0]  # noqa: E731
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def skip(vtype):
+        if vtype == 8:
+            f.seek(rd("Q"), 1)
+        elif vtype == 9:
+            etype, n = rd("I"), rd("Q")
+            if etype == 8:
+                for _ in range(n):
+                    f.seek(rd("Q"), 1)
+            else:
+                f.seek(n * struct.calcsize(scalar[etype]), 1)
+        else:
+            return rd(scalar[vtype])
+
+    assert f.read(4) == b"GGUF"
+    rd("I")
+    n_tensors, n_kv = rd("Q"), rd("Q")
+    alignment = 32
+    for _ in range(n_kv):
+        key = f.read(rd("Q")).decode()
+        value = skip(rd("I"))
+        if key == "general.alignment":
+            alignment = value
+    infos = []
+    for _ in range(n_tensors):
+        name = f.read(rd("Q")).decode()
+        dims = [rd("Q") for _ in range(rd("I"))]
+        infos.append((name, dims, rd("I"), rd("Q")))
+    start = -(-f.tell() // alignment) * alignment
+    out = {}
+    for name, dims, tcode, offset in infos:
+        try:
+            qt = QT(tcode)
+        except ValueError:  # a format newer than this gguf package
+            continue
+        if len(dims) != 2 or qt.name not in ALL:
+            continue
+        elems, nbytes = GGML_QUANT_SIZES[qt]
+        row_bytes = dims[0] // elems * nbytes
+        data = np.memmap(path, np.uint8, "r", start + offset, (dims[1], row_bytes))
+        out[name] = (qt.name, data)
+    return out
+
+
+@pytest.mark.model
 def test_real_model_rows_if_present():
-    """Spot-check a few rows of real tensors (skipped when the model is not pulled)."""
+    """Spot-check rows of real tensors of every format the models use (skipped without them)."""
     from pathlib import Path
 
-    path = Path.home() / ".cache/llamay/models/qwen2.5-coder-0.5b.gguf"
-    if not path.exists():
-        pytest.skip("qwen2.5-coder-0.5b.gguf not present")
-    reader = gguf.GGUFReader(str(path))
+    models = Path.home() / ".cache/llamay/models"
+    paths = [models / "qwen2.5-coder-0.5b.gguf", models / "smollm2-135m.gguf"]
+    if not any(p.exists() for p in paths):
+        pytest.skip("no model pulled")
     seen = set()
     rng = np.random.default_rng(0)
-    for t in reader.tensors:
-        name = t.tensor_type.name
-        if name in seen or name not in ALL or len(t.data.shape) != 2:
+    for path in paths:
+        if not path.exists():
             continue
-        seen.add(name)
-        w = K.raw_rows(np.asarray(t.data)[:40], K.type_code(name))
-        cols = K.row_elems(K.type_code(name), w.shape[1])
-        x = rng.standard_normal(cols).astype(np.float32)
-        out = np.empty(w.shape[0], np.float32)
-        ref = reference(name, w) @ x.astype(np.float64)
-        K.matvec_float(K.type_code(name), w, x, out)
-        assert nmse(out, ref) < FLOAT_TOL, name
-        if name in QUANT:
-            K.matvec_q8(K.type_code(name), w, x, out)
-            assert nmse(out, ref) < Q8_TOL, name
-    assert seen
+        for name, data in _gguf_tensors(path).values():
+            if name in seen:
+                continue
+            seen.add(name)
+            code = K.type_code(name)
+            w = np.ascontiguousarray(data[:40])
+            cols = K.row_elems(code, w.shape[1])
+            x = rng.standard_normal(cols).astype(np.float32)
+            out = np.empty(w.shape[0], np.float32)
+            ref = reference(name, w) @ x.astype(np.float64)
+            K.matvec_float(code, w, x, out)
+            assert nmse(out, ref) < FLOAT_TOL, name
+            if name in QUANT:
+                K.matvec_q8(code, w, x, out)
+                assert nmse(out, ref) < Q8_TOL, name
+    assert "Q8_0" in seen, seen
 
 
 def test_errors_on_bad_geometry():

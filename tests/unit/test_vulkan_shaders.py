@@ -34,7 +34,7 @@ def test_unavailable_without_a_driver_says_why():
     assert out.returncode == 0, out.stderr
     available, reason = out.stdout.strip().split(" ", 1)
     assert available == "False"
-    assert reason  # e.g. "no usable Vulkan driver or device (...)" or "no Vulkan loader ..."
+    assert "driver" in reason or "loader" in reason or "binding" in reason, reason
 
 
 def test_registered_and_cheap_to_import():

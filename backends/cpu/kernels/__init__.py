@@ -13,7 +13,7 @@ Public surface:
     matmul_fused / matmul_q8            measured alternative prefill strategies
     dequantize_rows(code, w, ids, out)  embedding lookup, rows to float32
     dequantize_range(code, w, r0, r1, out)
-    x_sums, dot_rows, quantize_q8, qdot_rows, deq_row   serial blocks for Numba callers
+    prepare_x + dot_rows, prepare_x_q8 + qdot_rows, deq_row   serial blocks for Numba callers
     type_code, row_bytes, row_elems, raw_rows, SUPPORTED_TYPES, TYPE_CODE, TYPE_NAME
 """
 
@@ -77,6 +77,10 @@ from .formats import (  # noqa: E402
     type_code,
 )
 from ._api import (  # noqa: E402
+    SERIAL_BYTES,
+    SMALL_T,
+    TILE_BYTES,
+    TILE_ROWS,
     dequantize_range,
     dequantize_rows,
     matmul,
@@ -85,10 +89,12 @@ from ._api import (  # noqa: E402
     matvec,
     matvec_float,
     matvec_q8,
+    prepare_x,
+    prepare_x_q8,
     uses_q8,
 )
 from ._q8 import qdot_rows, quantize_q8  # noqa: E402
-from ._rows import deq_row, dot_rows, x_sums  # noqa: E402
+from ._rows import XA_ROWS, deq_row, dot_rows, x_sums  # noqa: E402
 from ._simd import HAS_VNNI  # noqa: E402
 
 
@@ -111,5 +117,6 @@ __all__ = [
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
     "matvec", "matvec_float", "matvec_q8", "uses_q8", "HAS_VNNI",
     "matmul", "matmul_fused", "matmul_q8", "dequantize_rows", "dequantize_range",
-    "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
+    "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
+    "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",
 ]

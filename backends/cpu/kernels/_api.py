@@ -5,9 +5,11 @@ file (see `raw_rows`). Activations and outputs are C-contiguous float32.
 
 Everything but `matmul` is a Numba function, callable from Python and from other Numba
 code. Numba code that runs its own `prange` (a whole-layer kernel) should call the
-serial building blocks instead, one range of rows per task: `x_sums` + `dot_rows`
-(float activations) or `quantize_q8` + `x_sums` + `qdot_rows` (int8 activations),
-picking between them with `uses_q8(code)` as `matvec` does.
+serial building blocks instead, one range of rows per task: `xa = prepare_x(x)` then
+`dot_rows(code, w, x, xa, out, r0, r1)` (float activations), or
+`xq, xa = prepare_x_q8(x)` then `qdot_rows(code, w, xq, xa, out, r0, r1)` (int8
+activations), picking between them with `uses_q8(code)` as `matvec` does. One
+prepared x serves every matrix it multiplies (q, k and v; gate and up).
 """
 
 from __future__ import annotations
@@ -17,18 +19,21 @@ from numba import njit, prange
 
 from . import formats as F
 from ._q8 import qdot_rows, quantize_q8
-from ._rows import deq_row, dot_rows, x_sums
+from ._rows import XA_ROWS, deq_row, dot_rows, x_sums
 from ._simd import HAS_VNNI
 
 # Rows per parallel task: small enough that 2..16 threads get balanced work on the
 # smallest matrices (192-row k/v projections), large enough to amortize task overhead.
 ROWS_PER_TASK = 16
-# Rows of W dequantized per BLAS call in `matmul`: 128 rows x <=5k cols x 4 B stays
-# within a 2 MiB L2 while giving sgemm a big enough N to reach its peak.
-TILE_ROWS = 128
-# At or below this many tokens `matmul` runs the fused decode kernel per token:
-# dequantizing a tile costs about as much as two or three matvecs.
-SMALL_T = 2
+# Rows of W dequantized per sgemm call in `matmul`. sgemm gains up to ~512 rows
+# (T=256: 125 GFLOP/s at 64 rows, 137 at 128, 145-158 at 512, one core), so tiles are
+# 512 rows unless that exceeds TILE_BYTES of float32.
+TILE_ROWS = 512
+TILE_BYTES = 8 << 20
+# At or below this many tokens `matmul` skips BLAS and runs the decode kernels per
+# token (weights stay in cache across tokens): one core, qwen ffn_up, the int8 path
+# does ~38 GFLOP/s at any T while tiles+sgemm do 10, 22, 28, 41 at T = 1, 2, 3, 4.
+SMALL_T = 3
 # Weights smaller than this (bytes) are multiplied on the calling thread: waking the
 # pool costs ~1-2 us, about what 32 KiB of weights takes on one core.
 SERIAL_BYTES = 32 * 1024
@@ -99,51 +104,49 @@ def _is_float(code):
 
 
 @njit(fastmath=True, cache=True)
-def _prep_float(x):
-    xs16 = np.empty(x.shape[0] // 16, np.float32)
-    xs32 = np.empty(x.shape[0] // 32, np.float32)
-    x_sums(x, xs16, xs32)
-    return xs16, xs32
+def prepare_x(x):
+    """The side array xa = float32[XA_ROWS, cols // 16] that `dot_rows` needs for x."""
+    xa = np.empty((XA_ROWS, x.shape[0] // 16), np.float32)
+    x_sums(x, xa)
+    return xa
 
 
 @njit(fastmath=True, cache=True)
-def _prep_q8(x):
-    cols = x.shape[0]
-    xq = np.empty(cols, np.int8)
-    xd = np.empty(cols // 32, np.float32)
-    xqs16 = np.empty(cols // 16, np.int32)
-    quantize_q8(x, xq, xd, xqs16)
-    xs16, xs32 = _prep_float(x)
-    return xq, xd, xqs16, xs16, xs32
+def prepare_x_q8(x):
+    """(xq, xa) for `qdot_rows`: x quantized to int8 per 32, and its side array."""
+    xq = np.empty(x.shape[0], np.int8)
+    xa = prepare_x(x)
+    quantize_q8(x, xq, xa)
+    return xq, xa
 
 
 @njit(parallel=True, fastmath=True, cache=True)
 def _matvec_float(code, w, x, out):
-    xs16, xs32 = _prep_float(x)
+    xa = prepare_x(x)
     rows = w.shape[0]
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
-        dot_rows(code, w, x, xs16, xs32, out, r0, min(rows, r0 + ROWS_PER_TASK))
+        dot_rows(code, w, x, xa, out, r0, min(rows, r0 + ROWS_PER_TASK))
 
 
 @njit(parallel=True, fastmath=True, cache=True)
 def _matvec_q8(code, w, x, out):
-    xq, xd, xqs16, xs16, xs32 = _prep_q8(x)
+    xq, xa = prepare_x_q8(x)
     rows = w.shape[0]
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
-        qdot_rows(code, w, xq, xd, xqs16, xs16, xs32, out, r0, min(rows, r0 + ROWS_PER_TASK))
+        qdot_rows(code, w, xq, xa, out, r0, min(rows, r0 + ROWS_PER_TASK))
 
 
 @njit(fastmath=True, cache=True)
 def _matvec_serial(code, w, x, out, q8):
     # below SERIAL_BYTES the parallel region's wake-up costs more than it saves
     if q8:
-        xq, xd, xqs16, xs16, xs32 = _prep_q8(x)
-        qdot_rows(code, w, xq, xd, xqs16, xs16, xs32, out, 0, w.shape[0])
+        xq, xa = prepare_x_q8(x)
+        qdot_rows(code, w, xq, xa, out, 0, w.shape[0])
     else:
-        xs16, xs32 = _prep_float(x)
-        dot_rows(code, w, x, xs16, xs32, out, 0, w.shape[0])
+        xa = prepare_x(x)
+        dot_rows(code, w, x, xa, out, 0, w.shape[0])
 
 
 @njit(cache=True)
@@ -208,15 +211,14 @@ def matmul_fused(code, w, X, OUT):
     rows = w.shape[0]
     if OUT.shape[0] != T or OUT.shape[1] != rows:
         raise ValueError("OUT must be float32[T, rows]")
-    XS16 = np.empty((T, cols // 16), np.float32)
-    XS32 = np.empty((T, cols // 32), np.float32)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
     for t in range(T):
-        x_sums(X[t], XS16[t], XS32[t])
+        x_sums(X[t], XA[t])
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
         r1 = min(rows, r0 + ROWS_PER_TASK)
         for t in range(T):
-            dot_rows(code, w, X[t], XS16[t], XS32[t], OUT[t], r0, r1)
+            dot_rows(code, w, X[t], XA[t], OUT[t], r0, r1)
 
 
 @_par
@@ -235,18 +237,15 @@ def matmul_q8(code, w, X, OUT):
     if OUT.shape[0] != T or OUT.shape[1] != rows:
         raise ValueError("OUT must be float32[T, rows]")
     XQ = np.empty((T, cols), np.int8)
-    XD = np.empty((T, cols // 32), np.float32)
-    XQS = np.empty((T, cols // 16), np.int32)
-    XS16 = np.empty((T, cols // 16), np.float32)
-    XS32 = np.empty((T, cols // 32), np.float32)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
     for t in prange(T):
-        quantize_q8(X[t], XQ[t], XD[t], XQS[t])
-        x_sums(X[t], XS16[t], XS32[t])
+        x_sums(X[t], XA[t])
+        quantize_q8(X[t], XQ[t], XA[t])
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
         r1 = min(rows, r0 + ROWS_PER_TASK)
         for t in range(T):
-            qdot_rows(code, w, XQ[t], XD[t], XQS[t], XS16[t], XS32[t], OUT[t], r0, r1)
+            qdot_rows(code, w, XQ[t], XA[t], OUT[t], r0, r1)
 
 
 @_par
@@ -285,13 +284,14 @@ def dequantize_rows(code, w, row_ids, out):
         deq_row(code, w[row_ids[i]], out[i])
 
 
-def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int = TILE_ROWS) -> None:
-    """OUT = X @ W.T for prefill: X float32[T, cols], OUT float32[T, rows].
+def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int | None = None) -> None:
+    """OUT = X @ W.T for prefill: X float32[T, cols], OUT float32[T, rows] (C-contiguous).
 
-    Strategy (a), the measured winner: dequantize `tile_rows` rows of W at a time into a
-    small f32 buffer (Numba, parallel) and hand each tile to BLAS sgemm; W is never
-    dequantized whole. F32 weights go to BLAS directly; T <= SMALL_T uses the fused
-    decode kernel instead.
+    Strategy (a), the measured winner at T=256 (3-6x over the int8 kernels): dequantize
+    `tile_rows` rows of W at a time into an f32 buffer (serially) and hand each tile to
+    BLAS sgemm, which writes OUT[:, r0:r1] in place; W is never dequantized whole. F32
+    weights go to sgemm directly. For T <= SMALL_T the decode kernels run per token
+    instead (`matmul_q8` where `uses_q8(code)`, else `matmul_fused`).
     """
     code = int(code)
     T, cols = X.shape
@@ -299,13 +299,17 @@ def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_row
     if OUT.shape != (T, rows):
         raise ValueError("OUT must be float32[T, rows]")
     if T <= SMALL_T:
-        matmul_fused(code, w, X, OUT)
-        return
-    if code == F.F32:
-        _check(code, w, cols)
-        np.matmul(X, w.view(np.float32).T, out=OUT)
+        if uses_q8(code):
+            matmul_q8(code, w, X, OUT)
+        else:
+            matmul_fused(code, w, X, OUT)
         return
     _check(code, w, cols)
+    if code == F.F32:
+        np.matmul(X, w.view(np.float32).T, out=OUT)
+        return
+    if tile_rows is None:
+        tile_rows = max(64, min(TILE_ROWS, TILE_BYTES // (4 * max(cols, 1))))
     tile_rows = max(1, min(tile_rows, rows))
     buf = np.empty((tile_rows, cols), np.float32)
     for r0 in range(0, rows, tile_rows):

@@ -10,8 +10,8 @@ Offsets inside blocks follow gguf/quants.py (the reference the tests compare wit
 see the layout comment on each function.
 
 Formats with a per-block minimum (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) need sum(x) over each
-run; `xs16`/`xs32` hold sums of x over 16/32-element runs, computed once per vector
-(`x_sums`), so the minimum costs one scalar FMA per run instead of a vector op per quant.
+run; `xa[XS16]`/`xa[XS32]` hold sums of x over 16/32-element runs, computed once per
+vector (`x_sums`), so the minimum costs one scalar FMA per run instead of a vector op per quant.
 """
 
 from __future__ import annotations
@@ -54,10 +54,22 @@ _jit = njit(fastmath=True, cache=True, nogil=True)
 # ----------------------------------------------------------------- shared helpers
 
 
+# Rows of the per-vector side array `xa` (float32[XA_ROWS, cols // 16]) that the dot
+# kernels read; the q8 kernels use all five, the float kernels the first two.
+XS16 = 0  # sum of x over each 16-element run
+XS32 = 1  # sum of x over each 32-element block (first cols//32 entries)
+XD = 2  # q8 scale of each 32-element block
+XC16 = 3  # q8 scale * sum of the int8 quants over each 16-element run
+XC32 = 4  # the same per 32-element block
+XA_ROWS = 5
+
+
 @_jit
-def x_sums(x, xs16, xs32):
-    """xs16[i] = sum(x[16i:16i+16]), xs32[i] = sum(x[32i:32i+32]): the run sums of x
-    that the per-block minima need (one scalar FMA per run instead of a vector op per quant)."""
+def x_sums(x, xa):
+    """Fill xa[XS16] and xa[XS32] with the run sums of x that the per-block minima need
+    (one scalar FMA per run instead of a vector op per quant)."""
+    xs16 = xa[XS16]
+    xs32 = xa[XS32]
     for i in range(x.shape[0] // 16):
         xs16[i] = xsum16(x, i)
     for i in range(x.shape[0] // 32):
@@ -101,7 +113,7 @@ def _k3_scale(wr, so, g):
 
 
 @_jit
-def dot_q4_0(wr, x, xs16, xs32):
+def dot_q4_0(wr, x, xa):
     """Q4_0 row . x. Block (18 B): f16 d, 16 bytes; quant j = low nibble of byte j,
     quant j+16 = high nibble; value d*(q-8)."""
     acc = vzero()
@@ -116,7 +128,7 @@ def dot_q4_0(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_q4_1(wr, x, xs16, xs32):
+def dot_q4_1(wr, x, xa):
     """Q4_1 row . x. Block (20 B): f16 d, f16 m, 16 nibble bytes as Q4_0; value d*q+m."""
     acc = vzero()
     tail = np.float32(0.0)
@@ -127,12 +139,12 @@ def dot_q4_1(wr, x, xs16, xs32):
         t = vdot_x(vq(wr, o + 4, 0, 15), x, xo)
         t = vfma_x(t, vq(wr, o + 4, 4, 15), x, xo + 16)
         acc = vfma_s(acc, t, ld_f16(wr, o))
-        tail += ld_f16(wr, o + 2) * xs32[b]
+        tail += ld_f16(wr, o + 2) * xa[XS32, b]
     return vhsum(acc) + tail
 
 
 @_jit
-def dot_q5_0(wr, x, xs16, xs32):
+def dot_q5_0(wr, x, xa):
     """Q5_0 row . x. Block (22 B): f16 d, u32 qh, 16 nibble bytes; bit j of qh is bit 4
     of quant j; value d*(q-16)."""
     acc = vzero()
@@ -148,7 +160,7 @@ def dot_q5_0(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_q5_1(wr, x, xs16, xs32):
+def dot_q5_1(wr, x, xa):
     """Q5_1 row . x. Block (24 B): f16 d, f16 m, u32 qh, 16 nibble bytes; value d*q+m."""
     acc = vzero()
     tail = np.float32(0.0)
@@ -160,12 +172,12 @@ def dot_q5_1(wr, x, xs16, xs32):
         hi = vor(vq(wr, o + 8, 4, 15), vbits32(wr, o + 4, 16, 4))
         t = vfma_x(vdot_x(lo, x, xo), hi, x, xo + 16)
         acc = vfma_s(acc, t, ld_f16(wr, o))
-        tail += ld_f16(wr, o + 2) * xs32[b]
+        tail += ld_f16(wr, o + 2) * xa[XS32, b]
     return vhsum(acc) + tail
 
 
 @_jit
-def dot_q8_0(wr, x, xs16, xs32):
+def dot_q8_0(wr, x, xa):
     """Q8_0 row . x. Block (34 B): f16 d, 32 int8 quants; value d*q."""
     acc = vzero()
     for b in range(wr.shape[0] // 34):
@@ -181,7 +193,7 @@ def dot_q8_0(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_q2_k(wr, x, xs16, xs32):
+def dot_q2_k(wr, x, xa):
     """Q2_K row . x. Super-block (84 B): 16 scale bytes (low nibble scale, high nibble
     min, per 16-quant group), 64 bytes of 2-bit quants, f16 d, f16 dmin. Quant
     h*128+s*32+l = (qs[h*32+l] >> 2s) & 3; value d*sc*q - dmin*mn."""
@@ -203,12 +215,12 @@ def dot_q2_k(wr, x, xs16, xs32):
             sc1 = np.int32(wr[o + g + 1])
             a0 = vmadd_x(a0, vq(wr, o + 16 + h * 32, 2 * s, 3), x, xo + g * 16, d * (sc0 & 15))
             a1 = vmadd_x(a1, vq(wr, o + 32 + h * 32, 2 * s, 3), x, xo + g * 16 + 16, d * (sc1 & 15))
-            tail -= dmin * ((sc0 >> 4) * xs16[b * 16 + g] + (sc1 >> 4) * xs16[b * 16 + g + 1])
+            tail -= dmin * ((sc0 >> 4) * xa[XS16, b * 16 + g] + (sc1 >> 4) * xa[XS16, b * 16 + g + 1])
     return vhsum(vadd(a0, a1)) + tail
 
 
 @_jit
-def dot_q3_k(wr, x, xs16, xs32):
+def dot_q3_k(wr, x, xa):
     """Q3_K row . x. Super-block (110 B): 32 bytes hmask, 64 bytes 2-bit quants, 12
     bytes packed 6-bit scales, f16 d. Quant h*128+s*32+l has low bits
     (qs[h*32+l] >> 2s) & 3 and bit (hmask[l] >> (4h+s)) & 1, value d*sc*(low + 4*bit - 4)."""
@@ -232,7 +244,7 @@ def dot_q3_k(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_q4_k(wr, x, xs16, xs32):
+def dot_q4_k(wr, x, xa):
     """Q4_K row . x. Super-block (144 B): f16 d, f16 dmin, 12 bytes packed 6-bit
     scales/mins, 128 nibble bytes. Sub-block j=2c+k (32 quants) = (qs[c*32+l] >> 4k) & 15;
     value d*sc_j*q - dmin*mn_j."""
@@ -257,12 +269,12 @@ def dot_q4_k(wr, x, xs16, xs32):
             a0 = vfma_s(a0, t0, d * sc0)
             a1 = vfma_s(a1, t1, d * sc1)
             g = e >> 4
-            tail -= dmin * (mn0 * xs32[g >> 1] + mn1 * xs32[(g >> 1) + 1])
+            tail -= dmin * (mn0 * xa[XS32, g >> 1] + mn1 * xa[XS32, (g >> 1) + 1])
     return vhsum(vadd(a0, a1)) + tail
 
 
 @_jit
-def dot_q5_k(wr, x, xs16, xs32):
+def dot_q5_k(wr, x, xa):
     """Q5_K row . x. Super-block (176 B): f16 d, f16 dmin, 12 scale bytes as Q4_K,
     32 bytes qh, 128 nibble bytes. Sub-block j adds bit (qh[l] >> j) & 1 as bit 4."""
     a0 = vzero()
@@ -289,12 +301,12 @@ def dot_q5_k(wr, x, xs16, xs32):
             a0 = vfma_s(a0, vfma_x(vdot_x(q00, x, e), q01, x, e + 16), d * sc0)
             a1 = vfma_s(a1, vfma_x(vdot_x(q10, x, e + 32), q11, x, e + 48), d * sc1)
             g = e >> 4
-            tail -= dmin * (mn0 * xs32[g >> 1] + mn1 * xs32[(g >> 1) + 1])
+            tail -= dmin * (mn0 * xa[XS32, g >> 1] + mn1 * xa[XS32, (g >> 1) + 1])
     return vhsum(vadd(a0, a1)) + tail
 
 
 @_jit
-def dot_q6_k(wr, x, xs16, xs32):
+def dot_q6_k(wr, x, xa):
     """Q6_K row . x. Super-block (210 B): 128 bytes low nibbles, 64 bytes high 2-bit
     pairs, 16 int8 scales, f16 d. Quant h*128 + r has low bits (ql[h*64 + r%64] >> 4*(r//64)) & 15
     and high bits (qh[h*32 + r%32] >> 2*(r//32)) & 3; value d*sc*(q-32), a scale per 16 quants."""
@@ -327,7 +339,7 @@ def dot_q6_k(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_f32(wr, x, xs16, xs32):
+def dot_f32(wr, x, xa):
     """F32 row . x (the row given as its bytes)."""
     n = x.shape[0]
     acc = vzero()
@@ -342,7 +354,7 @@ def dot_f32(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_f16(wr, x, xs16, xs32):
+def dot_f16(wr, x, xa):
     """F16 row . x (the row given as its bytes)."""
     n = x.shape[0]
     acc = vzero()
@@ -357,7 +369,7 @@ def dot_f16(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_bf16(wr, x, xs16, xs32):
+def dot_bf16(wr, x, xa):
     """BF16 row . x (the row given as its bytes)."""
     n = x.shape[0]
     acc = vzero()
@@ -372,51 +384,51 @@ def dot_bf16(wr, x, xs16, xs32):
 
 
 @_jit
-def dot_rows(code, w, x, xs16, xs32, out, r0, r1):
+def dot_rows(code, w, x, xa, out, r0, r1):
     """out[r] = w[r] . x for r in [r0, r1), w in GGML format `code` (serial; callers parallelize).
 
-    xs16, xs32 must hold the sums from `x_sums(x, xs16, xs32)`. Each branch is a tight loop of one format so the type
+    xa must hold the sums from `x_sums(x, xa)`. Each branch is a tight loop of one format so the type
     test runs once per call, not per row or block.
     """
     if code == F.Q4_0:
         for r in range(r0, r1):
-            out[r] = dot_q4_0(w[r], x, xs16, xs32)
+            out[r] = dot_q4_0(w[r], x, xa)
     elif code == F.Q4_1:
         for r in range(r0, r1):
-            out[r] = dot_q4_1(w[r], x, xs16, xs32)
+            out[r] = dot_q4_1(w[r], x, xa)
     elif code == F.Q5_0:
         for r in range(r0, r1):
-            out[r] = dot_q5_0(w[r], x, xs16, xs32)
+            out[r] = dot_q5_0(w[r], x, xa)
     elif code == F.Q5_1:
         for r in range(r0, r1):
-            out[r] = dot_q5_1(w[r], x, xs16, xs32)
+            out[r] = dot_q5_1(w[r], x, xa)
     elif code == F.Q8_0:
         for r in range(r0, r1):
-            out[r] = dot_q8_0(w[r], x, xs16, xs32)
+            out[r] = dot_q8_0(w[r], x, xa)
     elif code == F.Q2_K:
         for r in range(r0, r1):
-            out[r] = dot_q2_k(w[r], x, xs16, xs32)
+            out[r] = dot_q2_k(w[r], x, xa)
     elif code == F.Q3_K:
         for r in range(r0, r1):
-            out[r] = dot_q3_k(w[r], x, xs16, xs32)
+            out[r] = dot_q3_k(w[r], x, xa)
     elif code == F.Q4_K:
         for r in range(r0, r1):
-            out[r] = dot_q4_k(w[r], x, xs16, xs32)
+            out[r] = dot_q4_k(w[r], x, xa)
     elif code == F.Q5_K:
         for r in range(r0, r1):
-            out[r] = dot_q5_k(w[r], x, xs16, xs32)
+            out[r] = dot_q5_k(w[r], x, xa)
     elif code == F.Q6_K:
         for r in range(r0, r1):
-            out[r] = dot_q6_k(w[r], x, xs16, xs32)
+            out[r] = dot_q6_k(w[r], x, xa)
     elif code == F.F32:
         for r in range(r0, r1):
-            out[r] = dot_f32(w[r], x, xs16, xs32)
+            out[r] = dot_f32(w[r], x, xa)
     elif code == F.F16:
         for r in range(r0, r1):
-            out[r] = dot_f16(w[r], x, xs16, xs32)
+            out[r] = dot_f16(w[r], x, xa)
     elif code == F.BF16:
         for r in range(r0, r1):
-            out[r] = dot_bf16(w[r], x, xs16, xs32)
+            out[r] = dot_bf16(w[r], x, xa)
 
 
 # ----------------------------------------------------------------- row dequantization

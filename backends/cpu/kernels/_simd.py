@@ -5,8 +5,11 @@ nibble-unpack loop vectorizes into 8-lane int64 code, and LLVM's cost model then
 fully unrolls the 16-element inner loop and vectorizes the *block* loop with gathers.
 Both cost 2-3x. These intrinsics emit the vector IR we want directly (i32/f32 lanes,
 one contiguous load per 16 quants) while the surrounding block loops stay ordinary
-Numba code. Everything here is generic LLVM IR, so it legalizes on any target: one zmm
-with AVX-512, two ymm with AVX2, four xmm on SSE/NEON.
+Numba code. Everything here is generic LLVM IR, so it legalizes on any target (one zmm
+with AVX-512, two ymm with AVX2, four xmm on SSE/NEON), with two target-dependent
+choices made at import from the CPU Numba compiles for: `vpdpbusd` for the int8 dots
+where VNNI exists (`HAS_VNNI`), and a bit-exact integer half->float conversion where
+x86 lacks F16C (`HAS_F16C`).
 
 Conventions: every offset is an element index into the array passed with it (a byte
 index for the uint8 weight rows). The intrinsics do no bounds checks; the entry
@@ -563,16 +566,19 @@ def xsum16(typingctx, x, i):
 
 
 @intrinsic
-def q8_block(typingctx, x, b, xq, xd, xqs16):
-    """Quantize x[32b:32b+32] to int8: d = max|x|/127, xq = rint(x/d); xd[b] = d and
-    xqs16[2b], xqs16[2b+1] = the int sums of the two 16-quant halves."""
+def q8_block(typingctx, x, b, xq, xd, xc16, xc32):
+    """Quantize x[32b:32b+32] to int8: d = max|x|/127, xq = rint(x/d), xd[b] = d.
+
+    Also xc16[2b+k] = d * sum of the k-th 16 quants and xc32[b] = their sum: the x side
+    of the zero-offset corrections, precomputed so a kernel spends one FMA on them.
+    """
     if not (_is_f32_array(x) and _is_i8_array(xq) and _is_f32_array(xd)):
         return None
-    if not _is_c1d(xqs16, types.int32):
+    if not (_is_f32_array(xc16) and _is_f32_array(xc32)):
         return None
 
     def codegen(context, builder, sig, args):
-        xa, bi, xqa, xda, xsa = args
+        xa, bi, xqa, xda, c16, c32 = args
         b64 = context.cast(builder, bi, sig.args[1], types.intp)
         e0 = builder.mul(b64, ir.Constant(b64.type, 32))
         e1 = builder.add(e0, ir.Constant(b64.type, 16))
@@ -589,14 +595,18 @@ def q8_block(typingctx, x, b, xq, xd, xqs16):
         inv = builder.select(pos, builder.fdiv(ir.Constant(_f32, 1.0), d), ir.Constant(_f32, 0.0))
         iv = _splat(builder, inv, _vf)
         builder.store(d, _ptr(context, builder, sig.args[3], xda, b64, _f32))
+        sums = []
         for k, (v, e) in enumerate(((v0, e0), (v1, e1))):
             q = builder.fptosi(builder.call(rint, [builder.fmul(v, iv)]), _vi)
             builder.store(builder.trunc(q, _vb), _ptr(context, builder, sig.args[2], xqa, e, _vb), align=1)
+            c = builder.fmul(builder.sitofp(builder.call(radd, [q]), _f32), d)
             g = builder.add(builder.mul(b64, ir.Constant(b64.type, 2)), ir.Constant(b64.type, k))
-            builder.store(builder.call(radd, [q]), _ptr(context, builder, sig.args[4], xsa, g, _i32))
+            builder.store(c, _ptr(context, builder, sig.args[4], c16, g, _f32))
+            sums.append(c)
+        builder.store(builder.fadd(sums[0], sums[1]), _ptr(context, builder, sig.args[5], c32, b64, _f32))
         return context.get_dummy_value()
 
-    return types.none(x, b, xq, xd, xqs16), codegen
+    return types.none(x, b, xq, xd, xc16, xc32), codegen
 
 
 # ---------------------------------------------------------------- int8 dot (q8 activations)

@@ -72,7 +72,7 @@ void main() {
             float s = 0.0;
             for (uint i = 0u; i < KEY_DIM; i++) s += qs[i] * float(kv[kb + i]);
             s *= SCALE;
-            if (SOFTCAP > 0.0) s = SOFTCAP * tanh(s / SOFTCAP);
+            if (SOFTCAP > 0.0) s = SOFTCAP * safe_tanh(s / SOFTCAP);
             scores[j] = s;
             local_max = max(local_max, s);
         }

@@ -8,6 +8,11 @@ layout(push_constant) uniform PushWords { uint u[16]; } pc;
 
 float pc_float(uint i) { return uintBitsToFloat(pc.u[i]); }
 
+// tanh as some drivers build it, (e^2z - 1) / (e^2z + 1), is NaN for large |z|; at |z| = 15 it
+// is already +-1 in float32.
+float safe_tanh(float z) { return tanh(clamp(z, -15.0, 15.0)); }
+vec4 safe_tanh(vec4 z) { return tanh(clamp(z, -15.0, 15.0)); }
+
 // Batch metadata, int32, at fixed offsets that depend only on the plan's max tokens per pass
 // (TMAX): tokens, positions, sequence of each token, logit rows, kv length and page-table
 // offset of each sequence, then the page tables. Word 15 always carries TMAX.

@@ -19,10 +19,10 @@ void main() {
     if (OP == 0u) y[i] = v + b[i];
     else if (OP == 1u) y[i] = v * b[i];
     else if (OP == 2u) y[i] = v * PARAM;
-    else if (OP == 3u) y[i] = PARAM * tanh(v / PARAM);
+    else if (OP == 3u) y[i] = PARAM * safe_tanh(v / PARAM);
     else if (OP == 4u) y[i] = v / (1.0 + exp(-v)) * b[i];
     else {
         float inner = 0.7978845608028654 * (v + 0.044715 * v * v * v);
-        y[i] = 0.5 * v * (1.0 + tanh(inner)) * b[i];
+        y[i] = 0.5 * v * (1.0 + safe_tanh(inner)) * b[i];
     }
 }

@@ -9,16 +9,27 @@ layout(binding = 1) readonly buffer X { vec4 x4[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Bias { float bias[]; };
 layout(binding = 4) readonly buffer Residual { float residual[]; };
+layout(binding = 5) readonly buffer Up { vec4 up4[]; };  // x = act(x) * up (flags 4, 8)
 
 #define K pc.u[0]
 #define N_TOKENS pc.u[1]
 #define ROW_OFFSET pc.u[2]  // first output column of this weight chunk
 #define Y_WIDTH pc.u[3]     // full output width (all chunks)
-#define FLAGS pc.u[4]       // 1: add bias, 2: add residual
+#define FLAGS pc.u[4]       // 1: add bias, 2: add residual, 4: x = silu(x) * up, 8: x = gelu(x) * up
 #define ROW_BASE pc.u[5]    // first row of this dispatch within the chunk (dispatch-size limits)
 #define CHUNK_ROWS pc.u[6]
 
 const uint TILE = 8u;
+
+vec4 load_x(uint i) {
+    vec4 g = x4[i];
+    if ((FLAGS & 4u) != 0u) return g / (1.0 + exp(-g)) * up4[i];
+    if ((FLAGS & 8u) != 0u) {
+        vec4 inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+        return 0.5 * g * (1.0 + safe_tanh(inner)) * up4[i];
+    }
+    return g;
+}
 
 // One workgroup of 32 invocations per (ROWS rows, TILE tokens): the invocations split each row's
 // units, reuse every decoded unit for all tokens and every vec4 of inputs for all rows, then sum
@@ -42,7 +53,7 @@ void main() {
         for (uint t = 0u; t < nt; t++) {
             uint xo = ((t0 + t) * K + u * 32u) / 4u;
             vec4 xv[8];
-            for (uint i = 0u; i < 8u; i++) xv[i] = x4[xo + i];
+            for (uint i = 0u; i < 8u; i++) xv[i] = load_x(xo + i);
             for (uint j = 0u; j < nr; j++) {
                 float s = 0.0;
                 for (uint i = 0u; i < 8u; i++)

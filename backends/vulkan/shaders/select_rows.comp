@@ -11,7 +11,7 @@ layout(binding = 2) writeonly buffer Y { float y[]; };
 #define WIDTH pc.u[1]
 
 void main() {
-    uint i = gl_GlobalInvocationID.x;
+    uint i = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u;
     if (i >= N_ROWS * WIDTH) return;
     uint r = i / WIDTH, e = i % WIDTH;
     y[i] = x[uint(meta_row(r)) * WIDTH + e];

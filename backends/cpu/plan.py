@@ -25,6 +25,17 @@ FUSED_MAX_ROWS = 16
 class PassInfo:
     """Per-pass index arrays, computed once per batch and shared by every step."""
 
+    @property
+    def pages(self) -> np.ndarray:
+        """The KV page of each token (only graphs that write KV need it)."""
+        if self._pages is None:
+            self._pages = self.tables[self.seq_index, self.positions // self.page_size]
+        return self._pages
+
+    @property
+    def slots(self) -> np.ndarray:
+        return self.positions % self.page_size
+
     def __init__(self, batch: Batch, page_size: int) -> None:
         self.batch = batch
         self.n = batch.n_tokens
@@ -35,8 +46,8 @@ class PassInfo:
         self.tables = np.zeros((len(batch.page_tables), max(width, 1)), np.int64)
         for s, table in enumerate(batch.page_tables):
             self.tables[s, :len(table)] = table
-        self.pages = self.tables[self.seq_index, self.positions // page_size]
-        self.slots = self.positions % page_size
+        self.page_size = page_size
+        self._pages: np.ndarray | None = None
         self.rows = batch.logit_rows.astype(np.int64)
         counts = np.bincount(self.seq_index, minlength=len(batch.page_tables))
         small = counts[self.seq_index] <= FUSED_MAX_ROWS

@@ -5,9 +5,9 @@ import time
 from typing import Any, Callable
 
 import attrs
-import numpy as np
 
 from llamay_core.bench.measure import bench_tokens
+from llamay_core.engine.quick_check import greedy_continue
 
 
 @attrs.frozen
@@ -27,16 +27,6 @@ class BenchforkResult:
         return self.scratch_s / self.forked_s if self.forked_s else float("inf")
 
 
-def _answer(ctx: Any, question: list[int], gen: int) -> list[int]:
-    logits = ctx.extend(question)
-    out = []
-    for _ in range(gen):
-        t = int(np.argmax(logits))
-        out.append(t)
-        logits = ctx.extend([t])
-    return out
-
-
 def benchfork(model: Any, prefix: int, questions: int, gen: int, question_len: int = 12,
               progress: Callable[[str], None] | None = None) -> BenchforkResult:
     say = progress or (lambda line: None)
@@ -51,7 +41,7 @@ def benchfork(model: Any, prefix: int, questions: int, gen: int, question_len: i
     t0 = time.perf_counter()
     for i, q in enumerate(qs):
         child = warm.fork()
-        forked.append(_answer(child, q, gen))
+        forked.append(greedy_continue(child, q, gen))
         child.close()
         say(f"forked question {i + 1}/{questions}")
     forked_s = time.perf_counter() - t0
@@ -60,7 +50,7 @@ def benchfork(model: Any, prefix: int, questions: int, gen: int, question_len: i
     t0 = time.perf_counter()
     for i, q in enumerate(qs):
         ctx = model.context()
-        scratch.append(_answer(ctx, shared + q, gen))
+        scratch.append(greedy_continue(ctx, shared + q, gen))
         ctx.close()
         say(f"scratch question {i + 1}/{questions}")
     scratch_s = time.perf_counter() - t0

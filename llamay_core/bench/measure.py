@@ -78,7 +78,6 @@ class Bench:
         return sample
 
     def decode(self, n_gen: int, depth: int = 0) -> Sample:
-        m = self.model
         sample = Sample(f"tg{n_gen}" + (f"@d{depth}" if depth else ""), "decode", n_gen,
                         note="one token per pass")
         base = self._depth_context(max(depth, 1))

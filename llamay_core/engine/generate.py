@@ -71,13 +71,11 @@ class Generation:
 
     def tokens(self) -> Iterator[int]:
         """Prefill the prompt, then yield sampled tokens until EOS or max_tokens."""
-        model = self.ctx.model
         t0 = time.perf_counter()
         logits = self.ctx.extend(self.prompt_ids)
         self.stats.prompt_tokens = len(self.prompt_ids)
         self.stats.cached_tokens = self.ctx.last_cached_tokens
         self.stats.prompt_seconds = time.perf_counter() - t0
-        eog = model.tokenizer.eog_ids
         history = list(self.ctx.tokens)
         t1 = time.perf_counter()
         try:
@@ -86,24 +84,36 @@ class Generation:
 
                 yield from speculative_tokens(self, logits, history)
                 return
-            while len(self.generated) < self.max_tokens:
+            while True:
                 token = self._pick(logits, history)
-                self.generated.append(token)
-                history.append(token)
-                self.stats.generated_tokens = len(self.generated)
-                if token in eog and not self.ignore_eos:
-                    self.stats.finish_reason = "eos"
+                if not self.record(token, history):
                     return
                 yield token
-                if self.constraint is not None and self.constraint.finished:
-                    self.stats.finish_reason = "stop"
+                if self.finished_after_yield():
                     return
-                if len(self.generated) >= self.max_tokens:
-                    break
                 logits = self.ctx.extend([token])
-            self.stats.finish_reason = self.stats.finish_reason or "length"
         finally:
             self.stats.generate_seconds = time.perf_counter() - t1
+
+    def record(self, token: int, history: list[int]) -> bool:
+        """Keep an emitted token; False when it is an end-of-generation token (never shown)."""
+        self.generated.append(token)
+        history.append(token)
+        self.stats.generated_tokens = len(self.generated)
+        if token in self.ctx.model.tokenizer.eog_ids and not self.ignore_eos:
+            self.stats.finish_reason = "eos"
+            return False
+        return True
+
+    def finished_after_yield(self) -> bool:
+        """Whether the token just yielded ends generation: the grammar is complete, or max_tokens."""
+        if self.constraint is not None and self.constraint.finished:
+            self.stats.finish_reason = "stop"
+            return True
+        if len(self.generated) >= self.max_tokens:
+            self.stats.finish_reason = "length"
+            return True
+        return False
 
     def _pick(self, logits: np.ndarray, history: Sequence[int]) -> int:
         """Sample the next token, within the constraint's allowed tokens when there is one."""
@@ -160,6 +170,3 @@ def _holdback(text: str, stops: Sequence[str], longest: int) -> int:
             return n
     return 0
 
-
-def argmax_tokens(logits: np.ndarray) -> list[int]:
-    return [int(i) for i in np.argmax(logits, axis=-1)]

@@ -7,7 +7,7 @@ so every scored token sees at least n_ctx/2 tokens of context.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import attrs
 import numpy as np

@@ -13,17 +13,22 @@ QUICK_PROMPT = "The history of the printing press begins in"
 QUICK_TOKENS = 8
 
 
+def greedy_continue(ctx: Any, ids: list[int], n: int) -> list[int]:
+    """Extend `ctx` by `ids`, then `n` greedy tokens, one per pass (each is run, the last too)."""
+    logits = ctx.extend(ids)
+    out = []
+    for _ in range(n):
+        token = int(np.argmax(logits))
+        out.append(token)
+        logits = ctx.extend([token])
+    return out
+
+
 def greedy_ids(model: Any, prompt_ids: list[int], n: int) -> list[int]:
-    """Plain greedy decoding, one token per pass: the tokens any correct backend must produce."""
+    """Plain greedy decoding from an empty context: the tokens any correct backend must produce."""
     ctx = model.context()
     try:
-        logits = ctx.extend(prompt_ids)
-        out = []
-        for _ in range(n):
-            token = int(np.argmax(logits))
-            out.append(token)
-            logits = ctx.extend([token])
-        return out
+        return greedy_continue(ctx, prompt_ids, n)
     finally:
         ctx.close()
 

@@ -26,7 +26,6 @@ def speculative_tokens(gen: "Generation", first_logits: np.ndarray, history: lis
     """Yield generated tokens like the plain loop does; `history` is the context's tokens."""
     ctx = gen.ctx
     config = gen.speculative
-    eog = ctx.model.tokenizer.eog_ids
     drafter = config.drafter(ctx.model)
     stats = SpeculativeStats(method=drafter.name, draft_max=config.draft_max, target_passes=1)
     gen.stats.speculative = stats
@@ -43,18 +42,12 @@ def speculative_tokens(gen: "Generation", first_logits: np.ndarray, history: lis
                 token, ok = _choose(gen, rows[i], history, draft)
                 accepted += ok
                 stats.accepted += ok
-                gen.generated.append(token)
-                history.append(token)
-                stats.generated = gen.stats.generated_tokens = len(gen.generated)
-                if token in eog and not gen.ignore_eos:
-                    gen.stats.finish_reason = "eos"
+                alive = gen.record(token, history)
+                stats.generated = len(gen.generated)
+                if not alive:
                     return
                 yield token
-                if gen.constraint is not None and gen.constraint.finished:
-                    gen.stats.finish_reason = "stop"
-                    return
-                if len(gen.generated) >= gen.max_tokens:
-                    gen.stats.finish_reason = "length"
+                if gen.finished_after_yield():
                     return
                 if not ok:
                     break

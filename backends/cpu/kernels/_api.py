@@ -31,9 +31,10 @@ ROWS_PER_TASK = 16
 TILE_ROWS = 512
 TILE_BYTES = 8 << 20
 # At or below this many tokens `matmul` skips BLAS and runs the decode kernels per
-# token (weights stay in cache across tokens): one core, qwen ffn_up, the int8 path
-# does ~38 GFLOP/s at any T while tiles+sgemm do 10, 22, 28, 41 at T = 1, 2, 3, 4.
-SMALL_T = 3
+# token (each task's 16 weight rows stay in cache across tokens). One core, qwen
+# ffn_up: the int8 path does 45-48 GFLOP/s at any T; tiles + OpenBLAS sgemm do 17-20 at
+# T=2, 8-34 at T=3..16 (small-M sgemm is erratic), 55 at T=32 and 84 at T=64.
+SMALL_T = 16
 # Weights smaller than this (bytes) are multiplied on the calling thread: waking the
 # pool costs ~1-2 us, about what 32 KiB of weights takes on one core.
 SERIAL_BYTES = 32 * 1024

@@ -34,6 +34,7 @@ def speculative_tokens(gen: "Generation", first_logits: np.ndarray, history: lis
     # The cache held `base` tokens before this round's pass, which ran `lead` + drafts more:
     # the prompt pass has no lead; a verify pass leads with the last emitted token.
     base, lead = len(ctx.tokens), 0
+    want = config.draft_max
     try:
         while True:
             accepted = 0
@@ -55,8 +56,13 @@ def speculative_tokens(gen: "Generation", first_logits: np.ndarray, history: lis
             ctx.truncate(base + lead + accepted)
             pending = history[-1]
             t0 = time.perf_counter()
-            room = min(config.draft_max, gen.max_tokens - len(gen.generated) - 1,
-                       ctx.model.n_ctx - len(ctx.tokens) - 1)
+            # Draft as far as recent rounds were right: all accepted doubles the length (up to
+            # draft_max), a rejection shrinks it to what was accepted plus one. Verifying a
+            # wrong draft costs a full row of compute, so a prompt with nothing to copy should
+            # stop paying for long drafts.
+            if drafts:
+                want = min(config.draft_max, 2 * want) if accepted == len(drafts) else accepted + 1
+            room = min(want, gen.max_tokens - len(gen.generated) - 1, ctx.model.n_ctx - len(ctx.tokens) - 1)
             drafts = drafter.propose(history, room) if room > 0 else []
             if drafts and gen.constraint is not None:
                 drafts = drafts[:gen.constraint.valid_prefix(drafts)]

@@ -109,6 +109,28 @@ def test_matvec_default_matches_reference(name):
     assert nmse(np.concatenate(outs), np.concatenate(refs)) < tol
 
 
+try:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+except ImportError:  # hypothesis is a test extra; the seeded tests above still run
+    given = None
+
+if given is not None:
+
+    @pytest.mark.parametrize("name", ALL)
+    @settings(max_examples=12, deadline=None, derandomize=True)
+    @given(rows=st.integers(1, 40), blocks=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+    def test_matvec_any_shape(name, rows, blocks, seed):
+        rng = np.random.default_rng(seed)
+        code = K.type_code(name)
+        cols = blocks * max(block_elems(name), 16) + (rng.integers(0, 16) if name in FLOAT else 0)
+        w = make_weights(name, rows, cols, rng)
+        x = rng.standard_normal(cols).astype(np.float32)
+        out = np.empty(rows, np.float32)
+        K.matvec_float(code, w, x, out)
+        assert nmse(out, reference(name, w) @ x.astype(np.float64)) < FLOAT_TOL
+
+
 @pytest.mark.parametrize("name", ["Q4_1", "Q5_0", "Q6_K", "F16"])
 def test_serial_building_blocks(name):
     # what a whole-layer Numba kernel calls per task: one prepared x, row ranges

@@ -77,7 +77,7 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     gguf = open_gguf(path)
     spec = build_spec(gguf)
     hp = spec.hparams
-    ctx = min(n_ctx or DEFAULT_CTX, hp.context_length) if n_ctx is None else n_ctx
+    ctx = min(DEFAULT_CTX, hp.context_length) if n_ctx is None else n_ctx
     if ctx < 1:
         raise UsageError(f"context size must be >= 1, got {ctx}")
     if backend is None:

@@ -5,10 +5,10 @@ run checks the model through `llamay conformance` (test_vulkan_conformance.py).
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import llamay
+from llamay_core.engine.quick_check import greedy_ids
 from tests.conftest import read_goldens
 from tests.e2e.test_reference_goldens import teacher_forced_agreement
 
@@ -23,23 +23,12 @@ def smollm_vk(smollm_path):
     return llamay.load(smollm_path, backend="vulkan", n_ctx=256)
 
 
-def greedy(model, prompt_ids, n):
-    ctx = model.context()
-    logits = ctx.extend(prompt_ids)
-    out = []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = ctx.extend([out[-1]])
-    ctx.close()
-    return out
-
-
 @pytest.mark.model
 @pytest.mark.slow
 def test_greedy_tokens_equal_reference(smollm_vk, smollm_ref):
     goldens = read_goldens("smollm2.jsonl")
     prompt = goldens[0]["prompt_ids"] if goldens else smollm_ref.tokenize("Once upon a time, there was")
-    assert greedy(smollm_vk, prompt, 4) == greedy(smollm_ref, prompt, 4)
+    assert greedy_ids(smollm_vk, prompt, 4) == greedy_ids(smollm_ref, prompt, 4)
 
 
 @pytest.mark.model

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 import llamay
+from llamay_core.engine.quick_check import greedy_ids
 from tests.conftest import read_goldens
+from tests.e2e.test_reference_goldens import teacher_forced_agreement
 
 
 @pytest.fixture(scope="module")
@@ -19,30 +21,10 @@ def smollm_webgpu(smollm_path):
     return llamay.load(smollm_path, backend="webgpu", n_ctx=256)
 
 
-def teacher_forced(model, goldens) -> tuple[int, int]:
-    agree = total = 0
-    for g in goldens:
-        full, n = g["full_ids"], len(g["prompt_ids"])
-        pred = np.argmax(model.logits(full)[n - 1:len(full) - 1], axis=-1)
-        agree += int((pred == np.asarray(full[n:])).sum())
-        total += len(full) - n
-    return agree, total
-
-
-def greedy(model, ids: list[int], n: int) -> list[int]:
-    ctx = model.context()
-    logits, out = ctx.extend(ids), []
-    for _ in range(n):
-        out.append(int(np.argmax(logits)))
-        logits = ctx.extend(out[-1:])
-    ctx.close()
-    return out
-
-
 @pytest.mark.model
 def test_greedy_tokens_equal_reference(smollm_webgpu, smollm_ref):
     ids = smollm_ref.tokenize("The capital of France is", add_special=True, parse_special=True)
-    assert greedy(smollm_webgpu, ids, 3) == greedy(smollm_ref, ids, 3)
+    assert greedy_ids(smollm_webgpu, ids, 3) == greedy_ids(smollm_ref, ids, 3)
 
 
 @pytest.mark.model
@@ -63,5 +45,5 @@ def test_teacher_forced_agreement_on_all_goldens(smollm_webgpu):
     goldens = read_goldens("smollm2.jsonl")
     if not goldens:
         pytest.skip("goldens not present")
-    agree, total = teacher_forced(smollm_webgpu, goldens)
+    agree, total = teacher_forced_agreement(smollm_webgpu, goldens)
     assert agree / total >= 0.99, f"{agree}/{total}"

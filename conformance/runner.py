@@ -58,10 +58,8 @@ class Conformance:
             report.cases = run_cases(cases, name, backend, self.reference, self.create)
         if model:
             ref = self.reference_model()
-            from llamay_core.files.gguf_file import file_identity
-
             report.model = str(self.model)
-            report.model_hash = file_identity(ref.path)
+            report.model_hash = ref.model.gguf.file_hash()
             with tempfile.TemporaryDirectory() as scratch:
                 report.model_checks, report.placement = run_model_level(name, ref, self.effort, Path(scratch))
         if ops and model and record:

@@ -77,7 +77,8 @@ class CpuPlan:
         self.weights = weights
         self.store = store
         self.max_tokens = max_tokens
-        self.widths: dict[str, int] = {}
+        self.buffers: dict[str, np.ndarray] = {}
+        self._controller: Any = None  # threadpoolctl's, created on the first prefill pass  # value name -> its buffer (dead values' buffers are reused)
         self.steps: list[Callable[[PassInfo], None]] = []
         self._selected: set[str] = set()  # values holding only the rows whose logits are wanted
         self._free: dict[int, list[np.ndarray]] = {}  # buffers of dead values, by width
@@ -97,20 +98,19 @@ class CpuPlan:
             # reader's own output, which was allocated before the release).
             for name in set(inputs):
                 if last_use.get(name) == i:
-                    buf = getattr(self, "_buf_" + name)
+                    buf = self.buffers[name]
                     self._free.setdefault(buf.shape[1], []).append(buf)
         self.dispatches_per_pass = len(self.steps)
 
     # -- buffers ------------------------------------------------------------------------------
     def _buffer(self, name: str, width: int) -> np.ndarray:
-        self.widths[name] = width
         free = self._free.get(width)
         buf = free.pop() if free else np.zeros((self.max_tokens, width), np.float32)
-        setattr(self, "_buf_" + name, buf)
+        self.buffers[name] = buf
         return buf
 
     def _value(self, name: str) -> np.ndarray:
-        return getattr(self, "_buf_" + name)
+        return self.buffers[name]
 
     # -- steps --------------------------------------------------------------------------------
     def _step(self, node: Any) -> Callable[[PassInfo], None]:
@@ -272,18 +272,16 @@ class CpuPlan:
 
     @property
     def _blas_limit(self) -> Any:
-        controller = getattr(self, "_controller", None)
-        if controller is None:
+        if self._controller is None:  # finding the BLAS libraries takes ~0.1 s: only when prefill needs it
             from threadpoolctl import ThreadpoolController
 
-            controller = self._controller = ThreadpoolController()
-        return controller.limit
+            self._controller = ThreadpoolController()
+        return self._controller.limit
 
     def warm_up(self) -> None:
         """Touch every activation buffer once, so no pass pays first-touch page faults."""
         seen = set()
-        for name in self.widths:
-            buf = getattr(self, "_buf_" + name)
+        for name, buf in self.buffers.items():
             if id(buf) not in seen and name != self.graph.output:
                 seen.add(id(buf))
                 buf.fill(0.0)

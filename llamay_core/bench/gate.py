@@ -21,7 +21,7 @@ def check_backend(model: Any) -> ConformanceRecord | None:
     if record is None:
         from llamay_core.engine.quick_check import compare_greedy
 
-        passed, summary, _, _ = compare_greedy(model.gguf.path, model.backend_name)
+        passed, summary, _, _ = compare_greedy(model.gguf.path, model.backend_name, candidate=model)
         record = ConformanceRecord(backend=model.backend_name, backend_version=version, model_hash=model_hash,
                                    passed=passed, level="quick", summary=summary,
                                    device=model.backend.probe().device)

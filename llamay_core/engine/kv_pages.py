@@ -61,6 +61,9 @@ class SequenceKV:
         self.pages: list[int] = pages if pages is not None else []
         self.length = length
         self.copies_on_write = 0
+        # Prefix-cache keys of this sequence's full pages, in order (kept so each full page is
+        # hashed once, not again at every later page boundary).
+        self.prefix_keys: list[bytes] = []
 
     def page_table(self) -> np.ndarray:
         return np.asarray(self.pages, dtype=np.int32)
@@ -91,7 +94,9 @@ class SequenceKV:
         """A sequence sharing every page with this one; allocates nothing."""
         for page in self.pages:
             self.pool.incref(page)
-        return SequenceKV(self.pool, list(self.pages), self.length)
+        child = SequenceKV(self.pool, list(self.pages), self.length)
+        child.prefix_keys = list(self.prefix_keys)
+        return child
 
     def truncate(self, length: int) -> None:
         """Forget tokens from `length` on (rejected drafts, edited prompts); frees whole pages."""
@@ -101,10 +106,12 @@ class SequenceKV:
         for page in self.pages[keep:]:
             self.pool.decref(page)
         del self.pages[keep:]
+        del self.prefix_keys[length // self.pool.page_size:]
         self.length = length
 
     def release(self) -> None:
         for page in self.pages:
             self.pool.decref(page)
         self.pages = []
+        self.prefix_keys = []
         self.length = 0

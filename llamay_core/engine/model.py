@@ -36,7 +36,8 @@ class Model:
         self.n_ctx = n_ctx
         self.forward = Forward(executable, self.pool, n_ctx=n_ctx, ubatch=ubatch)
         self.display_name = display_name
-        self.prefix_cache: Any = None  # set by enable_prefix_cache
+        self.prefix_cache: Any = None  # a PrefixCache when loaded with prefix_cache_mib
+        self.last_stats: Any = None  # the GenerationStats of the last generate()
 
     # -- text ---------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:

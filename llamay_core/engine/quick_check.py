@@ -41,14 +41,17 @@ def first_divergence(a: list[int], b: list[int]) -> int | None:
 
 
 def compare_greedy(path: Any, backend_name: str, n_tokens: int = QUICK_TOKENS,
-                   prompt: str = QUICK_PROMPT) -> tuple[bool, str, list[int], list[int]]:
-    """Greedy tokens of `backend_name` vs reference on one prompt: (same, summary, ref, got)."""
+                   prompt: str = QUICK_PROMPT, candidate: Any = None) -> tuple[bool, str, list[int], list[int]]:
+    """Greedy tokens of `backend_name` vs reference on one prompt: (same, summary, ref, got).
+
+    `candidate` is the model already loaded on that backend, if the caller has one.
+    """
     from llamay_core.engine.loader import load_model
 
     ref = load_model(path, backend="reference", n_ctx=256, n_seq=1)
     ids = ref.tokenize(prompt, add_special=True)
     expected = greedy_ids(ref, ids, n_tokens)
-    cand = load_model(path, backend=backend_name, n_ctx=256, n_seq=1)
+    cand = candidate if candidate is not None else load_model(path, backend=backend_name, n_ctx=256, n_seq=1)
     got = greedy_ids(cand, ids, n_tokens)
     at = first_divergence(expected, got)
     if at is None:

@@ -56,6 +56,7 @@ class GGUFFile:
     metadata: Mapping[str, Any] = attrs.field(repr=False)
     tensors: Mapping[str, TensorInfo] = attrs.field(repr=False)
     reader: GGUFReader | None = attrs.field(repr=False, eq=False)  # None when read from the index cache
+    identity: str = ""  # file_identity(path), computed once when the file is opened
 
     @property
     def architecture(self) -> str:
@@ -66,15 +67,16 @@ class GGUFFile:
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
     def file_hash(self) -> str:
-        """A fast identity for the file: SHA-256 over its size, header and tail.
-
-        Hashing 500 MB on every load would cost seconds; the header holds every tensor's
-        name, type and offset, and the tail the last weights, so this changes with the model.
-        """
-        return file_identity(self.path)
+        """The file's identity (see `file_identity`), as computed when it was opened."""
+        return self.identity
 
 
 def file_identity(path: Path, chunk: int = 1 << 20) -> str:
+    """A fast identity for a file: SHA-256 over its size, first and last MiB.
+
+    Hashing 500 MB on every load would cost seconds; the header holds every tensor's name,
+    type and offset, and the tail the last weights, so this changes with the model.
+    """
     size = os.path.getsize(path)
     h = hashlib.sha256(str(size).encode())
     with open(path, "rb") as f:
@@ -116,21 +118,21 @@ _PLAIN_DTYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16:
 INDEX_FORMAT = 1
 
 
-def _index_path(path: Path) -> Path:
+def _index_path(path: Path, identity: str) -> Path:
     from llamay_core.files.model_names import llamay_home
 
     folder = Path(os.environ.get("LLAMAY_INDEX_DIR") or llamay_home() / "index")
-    return folder / f"{path.stem}-{file_identity(path)}.v{INDEX_FORMAT}.pkl"
+    return folder / f"{path.stem}-{identity}.v{INDEX_FORMAT}.pkl"
 
 
-def _from_index(path: Path) -> GGUFFile | None:
+def _from_index(path: Path, identity: str) -> GGUFFile | None:
     """The file as GGUFReader saw it last time: metadata from the index, tensors memory-mapped.
 
     GGUFReader builds a NumPy view per vocabulary entry, seconds for a 150k-token vocabulary;
     the index keeps what it found, keyed by the file's size, header and tail.
     """
     try:
-        index = pickle.loads(_index_path(path).read_bytes())
+        index = pickle.loads(_index_path(path, identity).read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ValueError):
         return None
     mm = np.memmap(path, dtype=np.uint8, mode="r")
@@ -144,12 +146,12 @@ def _from_index(path: Path) -> GGUFFile | None:
             rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
             data = raw.reshape(rows, -1)
         tensors[name] = TensorInfo(name=name, ggml_type=ggml_type, shape=tuple(shape), data=data)
-    return GGUFFile(path=path, metadata=index["metadata"], tensors=tensors, reader=None)
+    return GGUFFile(path=path, metadata=index["metadata"], tensors=tensors, reader=None, identity=identity)
 
 
 def _write_index(gguf_file: GGUFFile, offsets: dict[str, int]) -> None:
     try:
-        target = _index_path(gguf_file.path)
+        target = _index_path(gguf_file.path, gguf_file.identity)
         target.parent.mkdir(parents=True, exist_ok=True)
         entries = [(t.name, int(t.ggml_type), t.shape, offsets[t.name], t.n_bytes) for t in gguf_file.tensors.values()]
         tmp = target.with_suffix(".tmp")
@@ -170,8 +172,9 @@ def open_gguf(path: str | os.PathLike[str], use_index: bool = True) -> GGUFFile:
         magic = f.read(4)
     if magic != GGUF_MAGIC:
         raise ModelFileError(path, f"not a GGUF file (magic bytes {magic!r}, expected b'GGUF')")
+    identity = file_identity(path)
     if use_index:
-        indexed = _from_index(path)
+        indexed = _from_index(path, identity)
         if indexed is not None:
             return indexed
     try:
@@ -195,7 +198,7 @@ def open_gguf(path: str | os.PathLike[str], use_index: bool = True) -> GGUFFile:
             raise ModelFileError(path, f"truncated: tensor {t.name} runs past the end of the file")
         tensors[t.name] = TensorInfo(name=t.name, ggml_type=ggml_type, shape=shape, data=t.data)
         offsets[t.name] = int(t.data_offset)
-    result = GGUFFile(path=path, metadata=read_metadata(reader), tensors=tensors, reader=reader)
+    result = GGUFFile(path=path, metadata=read_metadata(reader), tensors=tensors, reader=reader, identity=identity)
     if use_index:
         _write_index(result, offsets)
     return result

@@ -49,16 +49,18 @@ class PrefixCache:
         if seq.length or not self.entries:
             return 0
         usable = (len(tokens) - 1) // self.page_size
-        pages = []
+        pages, keys = [], []
         for key in chain_keys(tokens, self.page_size, usable):
             page = self.entries.get(key)
             if page is None:
                 break
             self.entries.move_to_end(key)
             pages.append(page)
+            keys.append(key)
         for page in pages:
             self.pool.incref(page)
         seq.pages = pages
+        seq.prefix_keys = keys
         seq.length = len(pages) * self.page_size
         self.hits_tokens += seq.length
         return seq.length
@@ -68,19 +70,19 @@ class PrefixCache:
         if not self.max_pages:
             return
         n_full = min(seq.length, len(tokens)) // self.page_size
-        done = getattr(seq, "_indexed_pages", 0)
+        done = len(seq.prefix_keys)
         if n_full <= done:
             return
-        keys = chain_keys(tokens, self.page_size, n_full)
+        start = seq.prefix_keys[-1] if done else b""
+        seq.prefix_keys.extend(chain_keys(tokens[done * self.page_size:], self.page_size, n_full - done, start))
         for i in range(done, n_full):
-            key = keys[i]
+            key = seq.prefix_keys[i]
             if key in self.entries:
                 self.entries.move_to_end(key)
                 continue
             page = seq.pages[i]
             self.pool.incref(page)
             self.entries[key] = page
-        seq._indexed_pages = n_full  # type: ignore[attr-defined]
         while len(self.entries) > self.max_pages:
             if not self._evict_one():
                 break

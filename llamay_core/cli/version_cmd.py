@@ -38,6 +38,8 @@ def backend_rows(verbose: bool) -> list[str]:
     from llamay_core.plugins_runtime.manager import get_registry
     from llamay_core.state.records import all_records
 
+    from llamay_core.graph.ops import OP_NAMES
+
     registry = get_registry()
     records = all_records()
     rows = []
@@ -60,8 +62,6 @@ def backend_rows(verbose: bool) -> list[str]:
             checked = "; ".join(f"{'PASS' if r.passed else 'FAIL'} {r.level} on model {r.model_hash}" for r in mine)
         else:
             checked = "no conformance record yet"
-        from llamay_core.graph.ops import OP_NAMES
-
         coverage = f"{len(caps.ops & OP_NAMES)}/{len(OP_NAMES)} ops"
         if OP_NAMES - caps.ops:  # those run on the fallback backend (engine/split.py)
             coverage += f" (lacks {','.join(sorted(OP_NAMES - caps.ops))}: split to fallback)"

@@ -1,7 +1,7 @@
 """The cpu backend's plan: the graph turned once into a list of kernel calls on fixed buffers.
 
 Each value of the graph gets a buffer [max_tokens, width] allocated at compile time; a pass
-uses the first T rows. Matmuls over a sequence's rows take the fused decode kernel when that
+uses the first T rows. Matmuls over a sequence's rows take the grouped decode kernel when that
 sequence contributes few rows (decode, draft verification) and tiles + BLAS otherwise: the
 choice depends only on the sequence's own rows, so the tokens a request gets never depend on
 which other requests share the pass.
@@ -18,8 +18,9 @@ from llamay_core.graph.graph import Graph
 from llamay_core.state.host_pages import HostPageStore
 from llamay_backends.cpu import kernels, ops
 
-# A sequence with at most this many rows in a pass uses the fused per-token kernel.
-FUSED_MAX_ROWS = 16
+# A sequence with at most this many rows in a pass uses the grouped decode kernel, whose
+# per-token results are the same bits whatever else shares the pass.
+GROUPED_MAX_ROWS = 16
 
 
 class PassInfo:
@@ -49,12 +50,14 @@ class PassInfo:
         self.page_size = page_size
         self._pages: np.ndarray | None = None
         self.rows = batch.logit_rows.astype(np.int64)
+        per_seq = np.bincount(self.seq_index[self.rows], minlength=len(batch.page_tables)) if len(self.rows) else np.zeros(1)
+        self.logits_small = bool(per_seq.max() <= GROUPED_MAX_ROWS)
         counts = np.bincount(self.seq_index, minlength=len(batch.page_tables))
-        small = counts[self.seq_index] <= FUSED_MAX_ROWS
+        small = counts[self.seq_index] <= GROUPED_MAX_ROWS
         self.all_small = bool(small.all())
         self.small_rows = np.nonzero(small)[0]
         self.large_segments = []  # contiguous row ranges of sequences with many rows
-        for s in np.nonzero(counts > FUSED_MAX_ROWS)[0]:
+        for s in np.nonzero(counts > GROUPED_MAX_ROWS)[0]:
             idx = np.nonzero(self.seq_index == s)[0]
             self.large_segments.append((int(idx[0]), int(idx[-1]) + 1))
 
@@ -207,15 +210,16 @@ class CpuPlan:
         def matmul(p: PassInfo) -> None:
             n = count(p)
             if after_select:
-                # logit rows: one per sequence in decode; many only for logits()/verification
-                (kernels.matmul_fused if n <= 4 * FUSED_MAX_ROWS else kernels.matmul)(code, rows, x[:n], out[:n])
-            elif p.all_small:  # decode: the fused per-token kernel, identical math for 1 or 16 rows
-                kernels.matmul_fused(code, rows, x[:n], out[:n])
+                # logit rows: a few per sequence (decode, draft verification) unless logits() asked
+                # for a whole prompt's, where BLAS tiles win and no other sequence shares the pass
+                (kernels.matmul_grouped if p.logits_small else kernels.matmul)(code, rows, x[:n], out[:n])
+            elif p.all_small:  # decode: each token's bits are the same alone or in any group
+                kernels.matmul_grouped(code, rows, x[:n], out[:n])
             else:
                 if len(p.small_rows):
                     xs = x[p.small_rows]
                     os_ = np.empty((len(p.small_rows), out.shape[1]), np.float32)
-                    kernels.matmul_fused(code, rows, xs, os_)
+                    kernels.matmul_grouped(code, rows, xs, os_)
                     out[p.small_rows] = os_
                 for a, b in p.large_segments:
                     kernels.matmul(code, rows, x[a:b], out[a:b])

@@ -36,7 +36,7 @@ class SpeculativeConfig:
     draft_max: int = attrs.field(default=DEFAULT_DRAFT_MAX, validator=_draft_max_valid)
     draft_model: Any = None
     ngram_max: int = 4
-    ngram_min: int = 2
+    ngram_min: int = 1
 
     def drafter(self, target: "Model") -> Drafter:
         """A fresh drafter for one generation on `target`."""

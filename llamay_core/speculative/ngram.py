@@ -14,7 +14,7 @@ class NgramDrafter:
 
     name = "ngram"
 
-    def __init__(self, ngram_max: int = 4, ngram_min: int = 2) -> None:
+    def __init__(self, ngram_max: int = 4, ngram_min: int = 1) -> None:
         if not 1 <= ngram_min <= ngram_max:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {ngram_min}, {ngram_max}")
         self.ngram_max = ngram_max

@@ -333,3 +333,42 @@ def test_type_codes_are_ggml_values():
     for name, code in K.TYPE_CODE.items():
         assert code == int(QT[name])
         assert K.row_bytes(code, block_elems(name) * 3) == 3 * GGML_QUANT_SIZES[QT[name]][1]
+
+
+def _grouped_case(name, rows, blocks, tokens, seed):
+    rng = np.random.default_rng(seed)
+    code = K.type_code(name)
+    cols = blocks * max(block_elems(name), 32) + (rng.integers(0, 16) if name in FLOAT else 0)
+    w = np.ascontiguousarray(make_weights(name, rows, cols, rng))
+    X = rng.standard_normal((tokens, cols)).astype(np.float32)
+    together = np.full((tokens, rows), np.nan, np.float32)
+    K.matmul_grouped(code, w, X, together)
+    assert nmse(together, X.astype(np.float64) @ reference(name, w).T) < FLOAT_TOL
+    # every token alone, and the tokens split at an arbitrary point, give the same bits
+    cut = int(rng.integers(0, tokens + 1))
+    for part in (slice(0, cut), slice(cut, tokens)):
+        if part.start == part.stop:
+            continue
+        sub = np.full((part.stop - part.start, rows), np.nan, np.float32)
+        K.matmul_grouped(code, w, np.ascontiguousarray(X[part]), sub)
+        assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32))
+    for t in range(tokens):
+        alone = np.full((1, rows), np.nan, np.float32)
+        K.matmul_grouped(code, w, np.ascontiguousarray(X[t:t + 1]), alone)
+        assert np.array_equal(alone.view(np.uint32), together[t:t + 1].view(np.uint32))
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_matmul_grouped_is_exact_and_batch_invariant(name):
+    # 13 tokens = groups of 8, 4 and 1; 35 rows = two full 16-row tasks and a partial one
+    _grouped_case(name, 35, 3, 13, zlib.crc32(name.encode()) + 29)
+
+
+if given is not None:
+
+    @pytest.mark.parametrize("name", ["Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K", "F16"])
+    @settings(max_examples=8, deadline=None, derandomize=True)
+    @given(rows=st.integers(1, 40), blocks=st.integers(1, 3), tokens=st.integers(1, 19),
+           seed=st.integers(0, 2**32 - 1))
+    def test_matmul_grouped_any_shape(name, rows, blocks, tokens, seed):
+        _grouped_case(name, rows, blocks, tokens, seed)

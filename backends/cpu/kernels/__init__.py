@@ -10,6 +10,7 @@ Public surface:
     matvec_float / matvec_q8            decode with float / int8 activations, explicitly
     uses_q8(code)                       which of the two `matvec` runs on this CPU
     matmul(code, w, X, OUT)             prefill, OUT = X @ W.T (dequantized tiles + BLAS)
+    matmul_grouped(code, w, X, OUT)     a few tokens at once, each bit-identical to alone
     matmul_fused / matmul_q8            measured alternative prefill strategies
     dequantize_rows(code, w, ids, out)  embedding lookup, rows to float32
     dequantize_range(code, w, r0, r1, out)
@@ -85,6 +86,7 @@ from ._api import (  # noqa: E402
     dequantize_rows,
     matmul,
     matmul_fused,
+    matmul_grouped,
     matmul_q8,
     matvec,
     matvec_float,

@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit, prange
 
 from . import formats as F
+from ._grouped import GROUP_MAX, grouped_rows, has_grouped
 from ._q8 import qdot_rows, quantize_q8
 from ._rows import XA_ROWS, deq_row, dot_rows, x_sums
 from ._simd import HAS_VNNI
@@ -220,6 +221,36 @@ def matmul_fused(code, w, X, OUT):
         r1 = min(rows, r0 + ROWS_PER_TASK)
         for t in range(T):
             dot_rows(code, w, X[t], XA[t], OUT[t], r0, r1)
+
+
+@njit(parallel=True, cache=True)
+def matmul_grouped(code, w, X, OUT):
+    """OUT = X @ W.T for a few tokens, each token's row bit-identical for any T.
+
+    X: float32[T, cols]; OUT: float32[T, rows]. Each task takes 16 weight rows and walks
+    them once per group of up to GROUP_MAX tokens, dequantizing each 32-weight run once for
+    the whole group (`_grouped.py`). A token gets the same bits alone, in a batch of 16, or
+    as one of a speculative draft's rows, which is what batch-invariant serving and
+    speculative decoding rest on. Formats `has_grouped` lacks take the per-token fused
+    kernel, which is invariant too, only slower.
+    """
+    _check(code, w, X.shape[1])
+    T, cols = X.shape
+    rows = w.shape[0]
+    if OUT.shape[0] != T or OUT.shape[1] != rows:
+        raise ValueError("OUT must be float32[T, rows]")
+    if not has_grouped(code, cols):
+        XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
+        for t in range(T):
+            x_sums(X[t], XA[t])
+        for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+            r0 = c * ROWS_PER_TASK
+            for t in range(T):
+                dot_rows(code, w, X[t], XA[t], OUT[t], r0, min(rows, r0 + ROWS_PER_TASK))
+        return
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        grouped_rows(code, w, X, OUT, r0, min(rows, r0 + ROWS_PER_TASK), GROUP_MAX)
 
 
 @_par

@@ -813,3 +813,88 @@ def vdp2(typingctx, acc, a, xq, xo, s0, s1):
         return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
 
     return f32x8(acc, a, xq, xo, s0, s1), codegen
+
+
+# ---------------------------------------------------------------- exact f32x16 (no fast-math flags)
+#
+# The grouped kernels (`_grouped.py`) must give each token bit-identical results whether it is
+# multiplied alone or beside other tokens. The intrinsics above carry LLVM's `fast` flags, which
+# let the optimizer reassociate differently in each calling context; these carry none, and fuse
+# multiply-adds only through an explicit `llvm.fma`, so the rounding sequence is what the source
+# says in every context.
+
+
+def _fma(builder, a, b, c):
+    return builder.call(_llvm_fn(builder, "llvm.fma.v16f32", _vf, [_vf, _vf, _vf]), [a, b, c])
+
+
+@intrinsic
+def xfma(typingctx, acc, v, x, xo):
+    """fma(v, x[xo:xo+16], acc), one rounding, no reassociation."""
+    if acc != f32x16 or v != f32x16 or not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vf), align=4)
+        return _fma(builder, args[1], xv, args[0])
+
+    return f32x16(acc, v, x, xo), codegen
+
+
+@intrinsic
+def xaffine(typingctx, q, s, b):
+    """fma(float(q), s, b): 16 dequantized weights (scale s, offset b) with one rounding."""
+    if q != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        sv = _splat(builder, _as_f32(context, builder, args[1], sig.args[1]), _vf)
+        bv = _splat(builder, _as_f32(context, builder, args[2], sig.args[2]), _vf)
+        return _fma(builder, builder.sitofp(args[0], _vf), sv, bv)
+
+    return f32x16(q, s, b), codegen
+
+
+@intrinsic
+def xscale(typingctx, q, s):
+    """float(q) * s: 16 dequantized weights of a format without an offset."""
+    if q != i32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        sv = _splat(builder, _as_f32(context, builder, args[1], sig.args[1]), _vf)
+        return builder.fmul(builder.sitofp(args[0], _vf), sv)
+
+    return f32x16(q, s), codegen
+
+
+@intrinsic
+def xadd(typingctx, a, b):
+    """a + b, lane-wise, IEEE order."""
+    if a != f32x16 or b != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1])
+
+    return f32x16(a, b), codegen
+
+
+@intrinsic
+def xhsum(typingctx, v):
+    """Sum of the 16 lanes by a fixed halving tree (the same order in every caller)."""
+    if v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = LANES
+        while n > 1:
+            h = n // 2
+            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+            x = builder.fadd(lo, hi)
+            n = h
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen

@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from llamay_backends.cpu.kernels._simd import vadd, vexp, vfma_s, vfma_vx, vhsum, vld, vsplat, vst, vsub, vzero
+
 _par = njit(parallel=True, fastmath=True, cache=True)
 _ser = njit(fastmath=True, cache=True)
 
@@ -132,9 +134,108 @@ def kv_write_f32(k, v, pages, slots, k_store, v_store):
             v_store[p, s, i] = v[t, i]
 
 
-@_par
 def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                   key_dim, value_dim, scale, cap, window, out):
+    """Causal GQA attention over paged f32 K/V: out[t, head] for every token and head."""
+    if key_dim % 32 == 0 and value_dim % 64 == 0:
+        _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                       key_dim, value_dim, scale, cap, window, out)
+    else:
+        _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                          key_dim, value_dim, scale, cap, window, out)
+
+
+@_par
+def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                   key_dim, value_dim, scale, cap, window, out):
+    # One task per (token, head), as the scalar kernel, so a token's result never depends on the
+    # batch. Keys are walked page by page (no division per key) and the head dimension in
+    # 16-lane registers: a dot is key_dim/16 FMAs and one lane sum; the weighted sum of values
+    # keeps one 16-lane chunk of the output in a register across all keys.
+    t_count = q.shape[0]
+    page_size = k_store.shape[1]
+    group = n_heads // n_kv_heads
+    scale32 = np.float32(scale)
+    cap32 = np.float32(cap)
+    for idx in prange(t_count * n_heads):
+        t = idx // n_heads
+        h = idx % n_heads
+        kvh = h // group
+        pos = positions[t]
+        table = page_tables[seq_index[t]]
+        first = 0
+        if window > 0 and pos - window + 1 > 0:
+            first = pos - window + 1
+        n = pos + 1 - first
+        n16 = (n + 15) // 16 * 16
+        scores = np.empty(n16, np.float32)
+        qrow = q[t]
+        qo = h * key_dim
+        ko = kvh * key_dim
+        vo = kvh * value_dim
+        m = np.float32(-np.inf)
+        j = 0
+        key = first
+        while key <= pos:
+            page = table[key // page_size]
+            end = min(pos + 1, (key // page_size + 1) * page_size)
+            for s in range(key % page_size, key % page_size + end - key):
+                krow = k_store[page, s]
+                acc = vzero()
+                acc2 = vzero()
+                for c in range(0, key_dim, 32):
+                    acc = vfma_vx(acc, vld(qrow, qo + c), krow, ko + c)
+                    acc2 = vfma_vx(acc2, vld(qrow, qo + c + 16), krow, ko + c + 16)
+                sc = vhsum(vadd(acc, acc2)) * scale32
+                if cap32 > 0.0:
+                    sc = cap32 * np.float32(math.tanh(sc / cap32))
+                scores[j] = sc
+                if sc > m:
+                    m = sc
+                j += 1
+            key = end
+        # softmax weights 16 at a time; the padding past n is zeroed before the sum
+        for i in range(n, n16):
+            scores[i] = m
+        mv = vsplat(m)
+        for i in range(0, n16, 16):
+            vst(scores, i, vexp(vsub(vld(scores, i), mv)))
+        for i in range(n, n16):
+            scores[i] = 0.0
+        dv = vzero()
+        for i in range(0, n16, 16):
+            dv = vadd(dv, vld(scores, i))
+        inv = np.float32(1.0) / vhsum(dv)
+        orow = out[t]
+        oo = h * value_dim
+        for c in range(0, value_dim, 64):
+            a0 = vzero()
+            a1 = vzero()
+            a2 = vzero()
+            a3 = vzero()
+            j = 0
+            key = first
+            while key <= pos:
+                page = table[key // page_size]
+                end = min(pos + 1, (key // page_size + 1) * page_size)
+                for s in range(key % page_size, key % page_size + end - key):
+                    vrow = v_store[page, s]
+                    w = scores[j]
+                    a0 = vfma_s(a0, vld(vrow, vo + c), w)
+                    a1 = vfma_s(a1, vld(vrow, vo + c + 16), w)
+                    a2 = vfma_s(a2, vld(vrow, vo + c + 32), w)
+                    a3 = vfma_s(a3, vld(vrow, vo + c + 48), w)
+                    j += 1
+                key = end
+            vst(orow, oo + c, vfma_s(vzero(), a0, inv))
+            vst(orow, oo + c + 16, vfma_s(vzero(), a1, inv))
+            vst(orow, oo + c + 32, vfma_s(vzero(), a2, inv))
+            vst(orow, oo + c + 48, vfma_s(vzero(), a3, inv))
+
+
+@_par
+def _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                      key_dim, value_dim, scale, cap, window, out):
     """Causal GQA attention over paged K/V, one task per (token, head).
 
     Two passes over the visible keys (scores, then the weighted sum of values) keep the inner

@@ -206,20 +206,24 @@ class CpuPlan:
         bias = self.weights[node.bias].vector if node.bias else None
         code, rows = wt.code, wt.rows
         after_select = node.x in self._selected
+        grouped = kernels.grouped_kernel(code, rows, x.shape[1])
 
         def matmul(p: PassInfo) -> None:
             n = count(p)
             if after_select:
                 # logit rows: a few per sequence (decode, draft verification) unless logits() asked
                 # for a whole prompt's, where BLAS tiles win and no other sequence shares the pass
-                (kernels.matmul_grouped if p.logits_small else kernels.matmul)(code, rows, x[:n], out[:n])
+                if p.logits_small:
+                    grouped(rows, x[:n], out[:n])
+                else:
+                    kernels.matmul(code, rows, x[:n], out[:n])
             elif p.all_small:  # decode: each token's bits are the same alone or in any group
-                kernels.matmul_grouped(code, rows, x[:n], out[:n])
+                grouped(rows, x[:n], out[:n])
             else:
                 if len(p.small_rows):
                     xs = x[p.small_rows]
                     os_ = np.empty((len(p.small_rows), out.shape[1]), np.float32)
-                    kernels.matmul_grouped(code, rows, xs, os_)
+                    grouped(rows, xs, os_)
                     out[p.small_rows] = os_
                 for a, b in p.large_segments:
                     kernels.matmul(code, rows, x[a:b], out[a:b])

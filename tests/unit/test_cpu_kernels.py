@@ -372,3 +372,10 @@ if given is not None:
            seed=st.integers(0, 2**32 - 1))
     def test_matmul_grouped_any_shape(name, rows, blocks, tokens, seed):
         _grouped_case(name, rows, blocks, tokens, seed)
+
+
+def test_generated_group_loops_are_current():
+    # _grouped_rows.py is written by gen_grouped_rows.py; an edit to either alone is a mistake
+    from llamay_backends.cpu.kernels import gen_grouped_rows
+
+    assert gen_grouped_rows.TARGET.read_text() == gen_grouped_rows.source()

@@ -86,6 +86,7 @@ from ._api import (  # noqa: E402
     dequantize_rows,
     matmul,
     matmul_fused,
+    grouped_kernel,
     matmul_grouped,
     matmul_q8,
     matvec,

@@ -14,8 +14,10 @@ prepared x serves every matrix it multiplies (q, k and v; gate and up).
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
-from numba import njit, prange
+from numba import literally, njit, prange
 
 from . import formats as F
 from ._grouped import GROUP_MAX, grouped_rows, has_grouped
@@ -224,33 +226,123 @@ def matmul_fused(code, w, X, OUT):
 
 
 @njit(parallel=True, cache=True)
-def matmul_grouped(code, w, X, OUT):
+def _grouped_tasks(code, w, X, OUT, group_max):
+    literally(code)
+    rows = w.shape[0]
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        grouped_rows(code, w, X, OUT, r0, min(rows, r0 + ROWS_PER_TASK), group_max)
+
+
+# One entry per format with a literal type code, so that only the formats a model uses are
+# compiled (each is nine unrolled loops; all thirteen take ~90 s the first time).
+@njit(cache=True)
+def _grouped_q4_0(w, X, OUT, group_max):
+    _grouped_tasks(2, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q4_1(w, X, OUT, group_max):
+    _grouped_tasks(3, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q5_0(w, X, OUT, group_max):
+    _grouped_tasks(6, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q5_1(w, X, OUT, group_max):
+    _grouped_tasks(7, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_0(w, X, OUT, group_max):
+    _grouped_tasks(8, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q2_k(w, X, OUT, group_max):
+    _grouped_tasks(10, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q3_k(w, X, OUT, group_max):
+    _grouped_tasks(11, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q4_k(w, X, OUT, group_max):
+    _grouped_tasks(12, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q5_k(w, X, OUT, group_max):
+    _grouped_tasks(13, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q6_k(w, X, OUT, group_max):
+    _grouped_tasks(14, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_f32(w, X, OUT, group_max):
+    _grouped_tasks(0, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_f16(w, X, OUT, group_max):
+    _grouped_tasks(1, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_bf16(w, X, OUT, group_max):
+    _grouped_tasks(30, w, X, OUT, group_max)
+
+
+_GROUPED = {
+    F.Q4_0: _grouped_q4_0, F.Q4_1: _grouped_q4_1, F.Q5_0: _grouped_q5_0, F.Q5_1: _grouped_q5_1,
+    F.Q8_0: _grouped_q8_0, F.Q2_K: _grouped_q2_k, F.Q3_K: _grouped_q3_k, F.Q4_K: _grouped_q4_k,
+    F.Q5_K: _grouped_q5_k, F.Q6_K: _grouped_q6_k, F.F32: _grouped_f32, F.F16: _grouped_f16,
+    F.BF16: _grouped_bf16,
+}
+
+
+def grouped_kernel(code: int, w: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    """The `matmul_grouped` kernel for weight `w` (format `code`, `cols` columns), checked and
+    resolved once because a plan calls it every pass: f(w, X, OUT), shapes as `matmul_grouped`."""
+    code = int(code)
+    _check(code, w, cols)
+    fn = _GROUPED.get(code) if has_grouped(code, cols) else None
+    if fn is None:
+        # the per-token fused kernel: invariant too, only without the shared dequantization
+        return lambda w, X, OUT: matmul_fused(code, w, X, OUT)
+    return lambda w, X, OUT: fn(w, X, OUT, GROUP_MAX)
+
+
+def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, group_max: int = GROUP_MAX) -> None:
     """OUT = X @ W.T for a few tokens, each token's row bit-identical for any T.
 
     X: float32[T, cols]; OUT: float32[T, rows]. Each task takes 16 weight rows and walks
-    them once per group of up to GROUP_MAX tokens, dequantizing each 32-weight run once for
-    the whole group (`_grouped.py`). A token gets the same bits alone, in a batch of 16, or
-    as one of a speculative draft's rows, which is what batch-invariant serving and
+    them once per group of up to `group_max` (1..9) tokens, dequantizing each 32-weight run
+    once for the whole group (`_grouped.py`). A token gets the same bits alone, in a batch of
+    16, or as one of a speculative draft's rows, which is what batch-invariant serving and
     speculative decoding rest on. Formats `has_grouped` lacks take the per-token fused
     kernel, which is invariant too, only slower.
     """
-    _check(code, w, X.shape[1])
+    code = int(code)
     T, cols = X.shape
-    rows = w.shape[0]
-    if OUT.shape[0] != T or OUT.shape[1] != rows:
+    if OUT.shape != (T, w.shape[0]):
         raise ValueError("OUT must be float32[T, rows]")
-    if not has_grouped(code, cols):
-        XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-        for t in range(T):
-            x_sums(X[t], XA[t])
-        for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-            r0 = c * ROWS_PER_TASK
-            for t in range(T):
-                dot_rows(code, w, X[t], XA[t], OUT[t], r0, min(rows, r0 + ROWS_PER_TASK))
-        return
-    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
-        r0 = c * ROWS_PER_TASK
-        grouped_rows(code, w, X, OUT, r0, min(rows, r0 + ROWS_PER_TASK), GROUP_MAX)
+    if not 1 <= group_max <= GROUP_MAX:
+        raise ValueError(f"group_max must be between 1 and {GROUP_MAX}")
+    _check(code, w, cols)
+    fn = _GROUPED.get(code) if has_grouped(code, cols) else None
+    if fn is None:
+        matmul_fused(code, w, X, OUT)
+    else:
+        fn(w, X, OUT, group_max)
 
 
 @_par

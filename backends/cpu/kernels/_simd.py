@@ -898,3 +898,72 @@ def xhsum(typingctx, v):
         return builder.extract_element(x, ir.Constant(_i32, 0))
 
     return types.float32(v), codegen
+
+
+@intrinsic
+def vld(typingctx, x, xo):
+    """x[xo:xo+16] of a float32 array as f32x16 (unaligned)."""
+    if not _is_f32_array(x):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.load(_ptr(context, builder, sig.args[0], args[0], args[1], _vf), align=4)
+
+    return f32x16(x, xo), codegen
+
+
+@intrinsic
+def vexp(typingctx, v):
+    """exp of 16 lanes: 2^n * p(r) with r = x - n ln2 and Cephes' degree-6 polynomial (~1 ulp).
+
+    Inputs are clamped to [-87.3, 88.7], so results stay finite and lanes far below the
+    maximum give ~1e-38 rather than 0 (what softmax needs: no inf, no NaN).
+    """
+    if v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        def c(val):
+            return ir.Constant(_vf, [val] * LANES)
+
+        fmax = _llvm_fn(builder, "llvm.maxnum.v16f32", _vf, [_vf, _vf])
+        fmin = _llvm_fn(builder, "llvm.minnum.v16f32", _vf, [_vf, _vf])
+        rint = _llvm_fn(builder, "llvm.rint.v16f32", _vf, [_vf])
+        x = builder.call(fmin, [builder.call(fmax, [args[0], c(-87.3)]), c(88.7)])
+        n = builder.call(rint, [builder.fmul(x, c(1.44269504088896341))])
+        r = _fma(builder, n, c(-0.693359375), x)
+        r = _fma(builder, n, c(2.12194440e-4), r)
+        p = c(1.9875691500e-4)
+        for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+            p = _fma(builder, p, r, c(coef))
+        y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), c(1.0))
+        ni = builder.fptosi(n, _vi)
+        scale = builder.bitcast(builder.shl(builder.add(ni, ir.Constant(_vi, [127] * LANES)),
+                                            ir.Constant(_vi, [23] * LANES)), _vf)
+        return builder.fmul(y, scale)
+
+    return f32x16(v), codegen
+
+
+@intrinsic
+def vsplat(typingctx, s):
+    """s in all 16 lanes."""
+    if not isinstance(s, (types.Float, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _splat(builder, _as_f32(context, builder, args[0], sig.args[0]), _vf)
+
+    return f32x16(s), codegen
+
+
+@intrinsic
+def vsub(typingctx, a, b):
+    """a - b, lane-wise."""
+    if a != f32x16 or b != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fsub(args[0], args[1])
+
+    return f32x16(a, b), codegen

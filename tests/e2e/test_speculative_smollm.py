@@ -59,3 +59,37 @@ def test_qwen_drafted_by_smollm_equals_plain(qwen_path, smollm_path):
     spec, stats = greedy(qwen, prompt, 16, SpeculativeConfig("draft", 6, smol))
     assert spec == plain
     assert stats.speculative.drafted > 0
+
+
+@pytest.fixture(scope="module")
+def smollm_cpu(smollm_path):
+    import llamay
+
+    return llamay.load(smollm_path, backend="cpu", n_ctx=1024, n_seq=4)
+
+
+def test_cpu_verification_is_bit_exact(smollm_cpu):
+    # The cpu backend computes a token's logits with the same bits alone or among a draft's rows,
+    # so a model drafting for itself has every draft accepted, and lookup matches plain exactly.
+    plain, _ = greedy(smollm_cpu, REPEAT, 40)
+    spec, stats = greedy(smollm_cpu, REPEAT, 40, SpeculativeConfig("draft", 8, smollm_cpu))
+    assert spec == plain
+    assert stats.speculative.acceptance == 1.0, stats.speculative.line()
+    lookup, stats = greedy(smollm_cpu, REPEAT, 40, SpeculativeConfig("ngram"))
+    assert lookup == plain
+    assert stats.speculative.target_passes < 20, stats.speculative.line()
+    assert smollm_cpu.pool.pages_in_use == 0
+
+
+@pytest.mark.slow
+def test_qwen_drafted_by_smollm_equals_plain_on_cpu(qwen_path, smollm_cpu):
+    import llamay
+
+    qwen = llamay.load(qwen_path, backend="cpu", n_ctx=512, n_seq=2)
+    prompt = "def fibonacci(n):\n"
+    plain, _ = greedy(qwen, prompt, 32)
+    spec, stats = greedy(qwen, prompt, 32, SpeculativeConfig("draft", 8, smollm_cpu))
+    assert spec == plain
+    assert stats.speculative.drafted > 0
+    lookup, _ = greedy(qwen, prompt, 32, SpeculativeConfig("ngram"))
+    assert lookup == plain

@@ -201,6 +201,31 @@ def bench_decode(cases, threads, quick):
             print(f"{label:28s} {K.TYPE_NAME[code]:5s} {w.shape[0]:>6d}x{cols:<6d} {w.nbytes / 2**20:6.1f} {th:3d} {gb(tf)} {gb(tq)} {gb(tm)} {tm * 1e6:8.1f}")
 
 
+def bench_grouped(cases, threads, quick):
+    print("\n## A few tokens at once (decode batches, draft verification): ms per matmul")
+    print("grouped = matmul_grouped (one dequantization per run for up to 9 tokens, bit-identical per token);")
+    print("fused = matmul_fused (the per-token kernel); 9 as 8+1 = matmul_grouped with group_max 8.")
+    hdr = f"{'case':28s} {'type':5s} {'thr':>3s} {'T':>3s} {'grouped':>8s} {'fused':>8s} {'8+1':>8s}"
+    print(hdr)
+    print("-" * len(hdr))
+    rng = np.random.default_rng(2)
+    reps = 3 if quick else 7
+    for label, code, w in cases:
+        if label.startswith("random") or label == "qwen output":
+            continue
+        cols = K.row_elems(code, w.shape[1])
+        for th in threads:
+            set_threads(th)
+            for T in (1, 4, 8, 9):
+                X = rng.standard_normal((T, cols)).astype(np.float32)
+                OUT = np.empty((T, w.shape[0]), np.float32)
+                tg = best_time(lambda: K.matmul_grouped(code, w, X, OUT), reps=reps)
+                tf = best_time(lambda: K.matmul_fused(code, w, X, OUT), reps=reps)
+                t81 = best_time(lambda: K.matmul_grouped(code, w, X, OUT, 8), reps=reps) if T == 9 else None
+                ms = lambda t: f"{t * 1e3:8.3f}" if t else f"{'-':>8s}"
+                print(f"{label:28s} {K.TYPE_NAME[code]:5s} {th:3d} {T:3d} {ms(tg)} {ms(tf)} {ms(t81)}")
+
+
 def bench_model_sweep(models, threads, quick):
     print("\n## Decode, whole model: every weight matrix once per token (matvec), file order")
     print(f"{'model':10s} {'MiB':>6s} {'thr':>3s} {'ms/token':>9s} {'tok/s':>7s} {'GB/s':>7s}")
@@ -294,6 +319,8 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer cases and repetitions")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
     ap.add_argument("--wall", action="store_true", help="time 1-thread runs by wall clock too (default: thread CPU time)")
+    ap.add_argument("--only", choices=["decode", "grouped", "sweep", "prefill"], default=None,
+                    help="run one section only")
     ap.add_argument("--idle-wait", type=float, default=5.0,
                     help="seconds a multi-thread run may wait for idle cores before timing (default 5)")
     args = ap.parse_args(argv)
@@ -309,11 +336,17 @@ def main(argv=None) -> int:
           + f", multi-thread rows by wall clock after waiting up to {args.idle_wait:g} s for idle cores")
     cases, models = decode_cases(args.quick)
     print(f"threading layer: {_threading_layer()}")
-    bench_decode(cases, threads, args.quick)
-    bench_model_sweep(models, threads, args.quick)
-    bench_prefill(models, threads, args.quick)
-    if not args.quick:
-        bench_prefill_tiles(models, threads)
+    run = lambda section: args.only in (None, section)
+    if run("decode"):
+        bench_decode(cases, threads, args.quick)
+    if run("grouped"):
+        bench_grouped(cases, threads, args.quick)
+    if run("sweep"):
+        bench_model_sweep(models, threads, args.quick)
+    if run("prefill"):
+        bench_prefill(models, threads, args.quick)
+        if not args.quick:
+            bench_prefill_tiles(models, threads)
     print(f"\nload average at end: {os.getloadavg()[0]:.2f} (above ~0.5 means another process shared the cores)")
     return 0
 

@@ -172,6 +172,18 @@ def _h2f(builder, h):
     return builder.bitcast(builder.or_(bits, sign), fty)
 
 
+def _tree_sum(builder, x, flags):
+    """Sum of a float vector's lanes by a fixed halving tree (shuffles and adds)."""
+    n = x.type.count
+    while n > 1:
+        h = n // 2
+        lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+        hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+        x = builder.fadd(lo, hi, flags=flags)
+        n = h
+    return builder.extract_element(x, ir.Constant(_i32, 0))
+
+
 # Pointer arithmetic below assumes unit stride, so only C-contiguous 1-D arrays type-check.
 def _is_c1d(ty, dtype):
     return isinstance(ty, types.Array) and ty.dtype == dtype and ty.ndim == 1 and ty.layout == "C"
@@ -305,15 +317,7 @@ def vhsum(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        x = args[0]
-        n = LANES
-        while n > 1:
-            h = n // 2
-            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
-            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-            x = builder.fadd(lo, hi, flags=_FAST)
-            n = h
-        return builder.extract_element(x, ir.Constant(_i32, 0))
+        return _tree_sum(builder, args[0], _FAST)
 
     return types.float32(v), codegen
 
@@ -553,14 +557,7 @@ def xsum16(typingctx, x, i):
     def codegen(context, builder, sig, args):
         i64 = context.cast(builder, args[1], sig.args[1], types.intp)
         v = builder.load(_ptr(context, builder, sig.args[0], args[0], builder.mul(i64, ir.Constant(i64.type, 16)), _vf), align=4)
-        n = LANES
-        while n > 1:
-            h = n // 2
-            lo = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
-            hi = builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-            v = builder.fadd(lo, hi, flags=_FAST)
-            n = h
-        return builder.extract_element(v, ir.Constant(_i32, 0))
+        return _tree_sum(builder, v, _FAST)
 
     return types.float32(x, i), codegen
 
@@ -757,15 +754,7 @@ def vhsum8(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        x = args[0]
-        n = 8
-        while n > 1:
-            h = n // 2
-            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
-            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-            x = builder.fadd(lo, hi, flags=_FAST)
-            n = h
-        return builder.extract_element(x, ir.Constant(_i32, 0))
+        return _tree_sum(builder, args[0], _FAST)
 
     return types.float32(v), codegen
 
@@ -887,15 +876,7 @@ def xhsum(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        x = args[0]
-        n = LANES
-        while n > 1:
-            h = n // 2
-            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
-            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-            x = builder.fadd(lo, hi)
-            n = h
-        return builder.extract_element(x, ir.Constant(_i32, 0))
+        return _tree_sum(builder, args[0], ())
 
     return types.float32(v), codegen
 

@@ -104,16 +104,19 @@ def run_q3_k(wr, k):
 
 
 @_exact
+def _k4_affine(wr, o, j):
+    # Q4_K/Q5_K super-block at o: weight = d*sc_j*q - dmin*mn_j, as (scale, offset) of sub-block j
+    sc, mn = _k4_scale_min(wr, o + 4, j)
+    return ld_f16(wr, o) * np.float32(sc), -(ld_f16(wr, o + 2) * np.float32(mn))
+
+
+@_exact
 def run_q4_k(wr, k):
     o = (k >> 3) * 144
     j = k & 7
-    d = ld_f16(wr, o)
-    dmin = ld_f16(wr, o + 2)
-    sc, mn = _k4_scale_min(wr, o + 4, j)
+    s, b = _k4_affine(wr, o, j)
     qo = o + 16 + (j >> 1) * 32
     shift = 4 * (j & 1)
-    s = d * np.float32(sc)
-    b = -(dmin * np.float32(mn))
     return xaffine(vq(wr, qo, shift, 15), s, b), xaffine(vq(wr, qo + 16, shift, 15), s, b)
 
 
@@ -121,15 +124,11 @@ def run_q4_k(wr, k):
 def run_q5_k(wr, k):
     o = (k >> 3) * 176
     j = k & 7
-    d = ld_f16(wr, o)
-    dmin = ld_f16(wr, o + 2)
-    sc, mn = _k4_scale_min(wr, o + 4, j)
+    s, b = _k4_affine(wr, o, j)
     qo = o + 48 + (j >> 1) * 32
     shift = 4 * (j & 1)
     q0 = vor(vq(wr, qo, shift, 15), vshl(vq(wr, o + 16, j, 1), 4))
     q1 = vor(vq(wr, qo + 16, shift, 15), vshl(vq(wr, o + 32, j, 1), 4))
-    s = d * np.float32(sc)
-    b = -(dmin * np.float32(mn))
     return xaffine(q0, s, b), xaffine(q1, s, b)
 
 

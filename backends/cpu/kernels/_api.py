@@ -309,16 +309,19 @@ _GROUPED = {
 }
 
 
-def grouped_kernel(code: int, w: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+def grouped_kernel(code: int, w: np.ndarray, cols: int,
+                   group_max: int = GROUP_MAX) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     """The `matmul_grouped` kernel for weight `w` (format `code`, `cols` columns), checked and
     resolved once because a plan calls it every pass: f(w, X, OUT), shapes as `matmul_grouped`."""
     code = int(code)
+    if not 1 <= group_max <= GROUP_MAX:
+        raise ValueError(f"group_max must be between 1 and {GROUP_MAX}")
     _check(code, w, cols)
     fn = _GROUPED.get(code) if has_grouped(code, cols) else None
     if fn is None:
         # the per-token fused kernel: invariant too, only without the shared dequantization
         return lambda w, X, OUT: matmul_fused(code, w, X, OUT)
-    return lambda w, X, OUT: fn(w, X, OUT, GROUP_MAX)
+    return lambda w, X, OUT: fn(w, X, OUT, group_max)
 
 
 def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, group_max: int = GROUP_MAX) -> None:
@@ -331,18 +334,10 @@ def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, gro
     speculative decoding rest on. Formats `has_grouped` lacks take the per-token fused
     kernel, which is invariant too, only slower.
     """
-    code = int(code)
     T, cols = X.shape
     if OUT.shape != (T, w.shape[0]):
         raise ValueError("OUT must be float32[T, rows]")
-    if not 1 <= group_max <= GROUP_MAX:
-        raise ValueError(f"group_max must be between 1 and {GROUP_MAX}")
-    _check(code, w, cols)
-    fn = _GROUPED.get(code) if has_grouped(code, cols) else None
-    if fn is None:
-        matmul_fused(code, w, X, OUT)
-    else:
-        fn(w, X, OUT, group_max)
+    grouped_kernel(code, w, cols, group_max)(w, X, OUT)
 
 
 @_par

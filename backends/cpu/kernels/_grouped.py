@@ -31,10 +31,15 @@ GROUP_MAX = 9
 
 
 @_exact
-def _tokens(code, w, X, OUT, r0, r1, group_max):
+def grouped_rows(code, w, X, OUT, r0, r1, group_max):
+    """OUT[t, r] = w[r] . X[t] for r in [r0, r1) and every token t (serial; callers parallelize).
+
+    `code` must be a literal (each format is compiled on its first use, not all thirteen at
+    once); requires `has_grouped(code, cols)`. group_max (1..9) caps the tokens per pass.
+    Tokens go in as few passes over the rows as group_max allows, spread evenly (16 tokens as
+    8 + 8, not 9 + 7); any split gives each token the same bits.
+    """
     literally(code)
-    # as few passes over the rows as group_max allows, the tokens spread evenly over them (16
-    # tokens as 8 + 8, not 9 + 7); any split gives each token the same bits
     T = X.shape[0]
     passes = (T + group_max - 1) // group_max
     t = 0
@@ -44,20 +49,8 @@ def _tokens(code, w, X, OUT, r0, r1, group_max):
         t += g
 
 
-@_exact
-def grouped_rows(code, w, X, OUT, r0, r1, group_max):
-    """OUT[t, r] = w[r] . X[t] for r in [r0, r1) and every token t (serial; callers parallelize).
-
-    `code` must be a literal (each format is compiled on its first use, not all thirteen at
-    once); requires `has_grouped(code, cols)`. group_max (1..9) caps the tokens per pass.
-    """
-    literally(code)
-    _tokens(code, w, X, OUT, r0, r1, group_max)
-
-
-@_exact
-def has_grouped(code, cols):
+def has_grouped(code: int, cols: int) -> bool:
     """Whether `grouped_rows` handles weights of format `code` with `cols` columns."""
-    if code == F.F32 or code == F.F16 or code == F.BF16:
+    if code in (F.F32, F.F16, F.BF16):
         return cols % 32 == 0
-    return F.Q4_0 <= code <= F.Q6_K and code != 4 and code != 5 and code != 9
+    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K)

@@ -145,6 +145,173 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
                           key_dim, value_dim, scale, cap, window, out)
 
 
+@_ser
+def _visible_keys(pos, window, table, page_size):
+    """The KV rows a query at `pos` attends to, as (page, slot) arrays: the causal window walked
+    page by page, so neither kernel divides by the page size per key."""
+    first = 0
+    if window > 0 and pos - window + 1 > 0:
+        first = pos - window + 1
+    n = pos + 1 - first
+    pages = np.empty(n, np.int64)
+    slots = np.empty(n, np.int64)
+    j = 0
+    key = first
+    while key <= pos:
+        page = table[key // page_size]
+        s0 = key % page_size
+        for s in range(s0, s0 + min(page_size - s0, pos + 1 - key)):
+            pages[j] = page
+            slots[j] = s
+            j += 1
+        key = first + j
+    return pages, slots
+
+
+@_par
+def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                   key_dim, value_dim, scale, cap, window, out):
+    # One task per (token, head), as the scalar kernel, so a token's result never depends on the
+    # batch. The head dimension lives in 16-lane registers: a dot is key_dim/16 FMAs and one lane
+    # sum, softmax weights are taken 16 at a time, and the weighted sum of values keeps 64 output
+    # lanes in registers across all keys.
+    t_count = q.shape[0]
+    page_size = k_store.shape[1]
+    group = n_heads // n_kv_heads
+    scale32 = np.float32(scale)
+    cap32 = np.float32(cap)
+    for idx in prange(t_count * n_heads):
+        t = idx // n_heads
+        h = idx % n_heads
+        kvh = h // group
+        pages, slots = _visible_keys(positions[t], window, page_tables[seq_index[t]], page_size)
+        n = pages.shape[0]
+        n16 = (n + 15) // 16 * 16
+        scores = np.empty(n16, np.float32)
+        qrow = q[t]
+        qo = h * key_dim
+        ko = kvh * key_dim
+        vo = kvh * value_dim
+        m = np.float32(-np.inf)
+        for j in range(n):
+            krow = k_store[pages[j], slots[j]]
+            acc = vzero()
+            acc2 = vzero()
+            for c in range(0, key_dim, 32):
+                acc = vfma_vx(acc, vld(qrow, qo + c), krow, ko + c)
+                acc2 = vfma_vx(acc2, vld(qrow, qo + c + 16), krow, ko + c + 16)
+            sc = vhsum(vadd(acc, acc2)) * scale32
+            if cap32 > 0.0:
+                sc = cap32 * np.float32(math.tanh(sc / cap32))
+            scores[j] = sc
+            if sc > m:
+                m = sc
+        # softmax weights 16 at a time; the padding past n is zeroed before the sum
+        for i in range(n, n16):
+            scores[i] = m
+        mv = vsplat(m)
+        for i in range(0, n16, 16):
+            vst(scores, i, vexp(vsub(vld(scores, i), mv)))
+        for i in range(n, n16):
+            scores[i] = 0.0
+        dv = vzero()
+        for i in range(0, n16, 16):
+            dv = vadd(dv, vld(scores, i))
+        inv = np.float32(1.0) / vhsum(dv)
+        orow = out[t]
+        oo = h * value_dim
+        for c in range(0, value_dim, 64):
+            a0 = vzero()
+            a1 = vzero()
+            a2 = vzero()
+            a3 = vzero()
+            for j in range(n):
+                vrow = v_store[pages[j], slots[j]]
+                w = scores[j]
+                a0 = vfma_s(a0, vld(vrow, vo + c), w)
+                a1 = vfma_s(a1, vld(vrow, vo + c + 16), w)
+                a2 = vfma_s(a2, vld(vrow, vo + c + 32), w)
+                a3 = vfma_s(a3, vld(vrow, vo + c + 48), w)
+            vst(orow, oo + c, vfma_s(vzero(), a0, inv))
+            vst(orow, oo + c + 16, vfma_s(vzero(), a1, inv))
+            vst(orow, oo + c + 32, vfma_s(vzero(), a2, inv))
+            vst(orow, oo + c + 48, vfma_s(vzero(), a3, inv))
+
+
+@_par
+def _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                      key_dim, value_dim, scale, cap, window, out):
+    """Causal GQA attention over paged K/V, one task per (token, head), for head sizes the
+    vector kernel does not take.
+
+    Two passes over the visible keys (scores, then the weighted sum of values) keep the inner
+    loops contiguous over the head dimension, so they vectorise.
+    """
+    t_count = q.shape[0]
+    page_size = k_store.shape[1]
+    group = n_heads // n_kv_heads
+    for idx in prange(t_count * n_heads):
+        t = idx // n_heads
+        h = idx % n_heads
+        kvh = h // group
+        pages, slots = _visible_keys(positions[t], window, page_tables[seq_index[t]], page_size)
+        n = pages.shape[0]
+        scores = np.empty(n, np.float32)
+        qh = q[t, h * key_dim:(h + 1) * key_dim]
+        ko = kvh * key_dim
+        vo = kvh * value_dim
+        m = -np.inf
+        for j in range(n):
+            krow = k_store[pages[j], slots[j], ko:ko + key_dim]
+            sc = np.float32(0.0)
+            for d in range(key_dim):
+                sc += qh[d] * krow[d]
+            sc *= scale
+            if cap > 0.0:
+                sc = cap * math.tanh(sc / cap)
+            scores[j] = sc
+            if sc > m:
+                m = sc
+        denom = 0.0
+        for j in range(n):
+            e = math.exp(scores[j] - m)
+            scores[j] = e
+            denom += e
+        o = out[t, h * value_dim:(h + 1) * value_dim]
+        for d in range(value_dim):
+            o[d] = 0.0
+        for j in range(n):
+            vrow = v_store[pages[j], slots[j], vo:vo + value_dim]
+            w = scores[j]
+            for d in range(value_dim):
+                o[d] += w * vrow[d]
+        inv = np.float32(1.0 / denom)
+        for d in range(value_dim):
+            o[d] *= inv
+
+
+@_par
+def kv_write_f32(k, v, pages, slots, k_store, v_store):
+    for t in prange(k.shape[0]):
+        p = pages[t]
+        s = slots[t]
+        for i in range(k.shape[1]):
+            k_store[p, s, i] = k[t, i]
+        for i in range(v.shape[1]):
+            v_store[p, s, i] = v[t, i]
+
+
+def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                  key_dim, value_dim, scale, cap, window, out):
+    """Causal GQA attention over paged f32 K/V: out[t, head] for every token and head."""
+    if key_dim % 32 == 0 and value_dim % 64 == 0:
+        _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                       key_dim, value_dim, scale, cap, window, out)
+    else:
+        _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                          key_dim, value_dim, scale, cap, window, out)
+
+
 @_par
 def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                    key_dim, value_dim, scale, cap, window, out):

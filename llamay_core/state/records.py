@@ -17,6 +17,11 @@ from llamay_core.files.model_names import llamay_home
 from llamay_core.version import __version__
 
 
+# "multi_page": contexts spanning several KV pages (a full last page included);
+# "batching": several sequences of different lengths in one pass.
+REQUIRED_COVERAGE = frozenset({"multi_page", "batching"})
+
+
 @attrs.frozen
 class ConformanceRecord:
     backend: str
@@ -29,6 +34,13 @@ class ConformanceRecord:
     llamay_version: str = __version__
     when: float = attrs.field(factory=time.time)
     details: dict[str, Any] = attrs.field(factory=dict)
+    # What the checks behind this record exercised. `load(backend=None)` auto-picks a backend only
+    # with a passing record whose coverage includes every entry of REQUIRED_COVERAGE.
+    covers: list[str] = attrs.field(factory=list)
+
+    def trusted_for_auto_pick(self) -> bool:
+        """Passed, and its checks reached multi-page contexts and batched sequences."""
+        return self.passed and REQUIRED_COVERAGE <= set(self.covers)
 
 
 def records_dir() -> Path:

@@ -11,6 +11,9 @@ contract is deliberately small:
 - ``compile(graph, weights, store) -> Executable``: once per model; ``executable(batch)`` runs
   one forward pass and returns the logits of the rows the batch asks for.
 
+Optional members (``set_threads``, ``describe``, ``bench_lines``, ``compile_seconds``,
+``close``) have defaults in ``BackendBase``, which backends subclass.
+
 See docs/backend-authors.md for a walk-through.
 """
 from __future__ import annotations
@@ -36,14 +39,25 @@ class Availability:
     details: Mapping[str, Any] = attrs.field(factory=dict)
 
 
+DEVICE_KINDS = ("host", "gpu")
+
+
 @attrs.frozen
 class Capabilities:
-    """What a backend declares it can do. The engine checks this before handing it a graph."""
+    """What a backend declares it can do. The engine checks this before handing it a graph.
+
+    ``device_kind``: "host" when the backend computes in host memory on the CPU (it can then be
+    the fallback for ops another backend lacks, see engine/split.py), "gpu" for an accelerator
+    (reports and the server's metrics label it so). ``is_reference``: the backend defines
+    correctness; only the reference sets it (auto-selection trusts it without a record).
+    """
 
     ops: frozenset[str] = attrs.field(converter=frozenset)
     weight_types: frozenset[str] = attrs.field(converter=frozenset)  # GGML type names, e.g. "Q4_K"
     kv_dtypes: frozenset[str] = attrs.field(converter=frozenset, default=frozenset({"f32"}))
     max_tokens_per_pass: int = 4096
+    device_kind: str = attrs.field(default="gpu", validator=attrs.validators.in_(DEVICE_KINDS))
+    is_reference: bool = False
 
 
 @attrs.frozen
@@ -118,10 +132,39 @@ class Executable(Protocol):
         """Run the graph on a batch; return float32 logits [len(batch.logit_rows), n_vocab]."""
 
 
+class BackendBase:
+    """The optional members of a backend, with their defaults: subclass it, override what applies.
+
+    The engine calls these directly (never "if it has one"), so a backend that does not subclass
+    this class must define every one of them; `missing_members` says which are absent.
+    """
+
+    # Seconds spent building kernels (shader/JIT compilation) so far, for bench's load line.
+    compile_seconds: float = 0.0
+
+    def set_threads(self, n: int) -> None:
+        """Use `n` host threads from now on (`llamay bench -t`). Default: ignored."""
+
+    def describe(self) -> dict[str, str]:
+        """Extra lines for reports, e.g. {"kernels": "avx2", "matmul": "tiled"}. Default: none."""
+        return {}
+
+    def bench_lines(self) -> list[str]:
+        """Sentences `llamay bench` prints under its table (device limits, fallbacks). Default: none."""
+        return []
+
+    def close(self) -> None:
+        """Release device memory and handles; called once when the model using this backend is
+        released (`Model.close()`), or when auto-selection rejects the backend. Default: nothing."""
+
+
 class Backend(Protocol):
+    """A backend object: the required members below plus the optional ones of `BackendBase`."""
+
     name: str
     version: str
     capabilities: Capabilities
+    compile_seconds: float
 
     def probe(self) -> Availability: ...
 
@@ -130,3 +173,20 @@ class Backend(Protocol):
     def kv_store(self, spec: KvSpec) -> PageStore: ...
 
     def compile(self, graph: Graph, weights: Any, store: PageStore) -> Executable: ...
+
+    def set_threads(self, n: int) -> None: ...
+
+    def describe(self) -> dict[str, str]: ...
+
+    def bench_lines(self) -> list[str]: ...
+
+    def close(self) -> None: ...
+
+
+REQUIRED_MEMBERS = ("name", "version", "capabilities", "probe", "load_weights", "kv_store", "compile")
+OPTIONAL_MEMBERS = ("compile_seconds", "set_threads", "describe", "bench_lines", "close")
+
+
+def missing_members(backend: Any) -> list[str]:
+    """Members of the contract `backend` lacks (optional ones come with `BackendBase`)."""
+    return [m for m in REQUIRED_MEMBERS + OPTIONAL_MEMBERS if not hasattr(backend, m)]

@@ -40,3 +40,19 @@ class CorrectnessGateError(LlamayError):
     """A backend whose tokens disagree with reference: no numbers are reported (exit 3)."""
 
     exit_code = 3
+
+
+class BackendFailure(BackendError):
+    """A backend that raised while being probed, loaded, compiled or run: which step, and why."""
+
+    def __init__(self, backend: str, stage: str, exc: BaseException) -> None:
+        super().__init__(f"backend {backend!r} failed in {stage}: {one_line(exc)}")
+        self.backend = backend
+        self.stage = stage
+        self.reason = f"{stage} raised {one_line(exc)}"
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception as one line: its type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

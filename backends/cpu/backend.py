@@ -7,10 +7,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from llamay_core.backend_api import Availability, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
 from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
+from llamay_core.host_info import cpu_features
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
 
@@ -36,11 +37,11 @@ class CpuWeight:
             self.rows = np.ascontiguousarray(t.raw_rows())
 
 
-class CpuBackend:
+class CpuBackend(BackendBase):
     name = "cpu"
     version = source_fingerprint(__file__)
     capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16", "vq8"},
-                                max_tokens_per_pass=512)
+                                max_tokens_per_pass=512, device_kind="host")
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -63,8 +64,6 @@ class CpuBackend:
         numba.set_num_threads(self.threads)
 
     def describe(self) -> dict[str, str]:
-        from llamay_core.cli.version_cmd import cpu_features
-
         feats = "+".join(f for f in cpu_features() if f in ("avx2", "fma", "f16c", "neon", "i8mm")) or "generic"
         return {"kernels": feats, "matmul": "cpu", "gemm": "dequantized tiles + BLAS sgemm", "repack": "off"}
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from llamay_core.plugins_runtime.registry import source_fingerprint
-from llamay_core.backend_api import Availability, Capabilities, KvSpec
-from llamay_core.bench.measure import fmt_seconds
+from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
@@ -22,7 +21,7 @@ MAX_TOKENS_PER_PASS = 512
 _probe_cache: list[Availability] = []
 
 
-class CudaBackend:
+class CudaBackend(BackendBase):
     name = "cuda"
     version = source_fingerprint(__file__)
     capabilities = Capabilities(ops=OP_NAMES, weight_types=formats.WEIGHT_TYPES, kv_dtypes={"f32", "f16"},
@@ -72,7 +71,7 @@ class CudaBackend:
                 if src.name != "matmul_tiled.cu":
                     raise BackendError(f"cuda: {src.name} failed to compile: {rt.module_errors[src.name]}")
                 tiled = False
-        self.compile_seconds = getattr(rt, "compile_seconds", 0.0)
+        self.compile_seconds = rt.compile_seconds
         executable = CudaExecutable(plan, weights, store, rt, MAX_TOKENS_PER_PASS, tiled_matmul=tiled)
         self.executables.append(executable)
         return executable
@@ -88,8 +87,8 @@ class CudaBackend:
         lines = []
         for e in self.executables:
             t = e.times
-            lines.append(f"gpu time: staging {fmt_seconds(t.staging)} · kernels {fmt_seconds(t.kernels)} · "
-                         f"copy-back {fmt_seconds(t.copy_back)}")
+            lines.append(f"gpu time: staging {t.staging * 1e3:.1f}ms · kernels {t.kernels * 1e3:.1f}ms · "
+                         f"copy-back {t.copy_back * 1e3:.1f}ms")
             if e.replay is not None:
                 c = e.replay.counts
                 note = f" (capture failed: {e.replay.failure})" if e.replay.failure else ""

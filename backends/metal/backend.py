@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from llamay_core.backend_api import Availability, Batch, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Batch, Capabilities, KvSpec
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
@@ -24,7 +24,7 @@ MAX_TOKENS_PER_PASS = 512
 MATVEC_MAX_ROWS = 8
 
 
-class MetalBackend:
+class MetalBackend(BackendBase):
     name = "metal"
     version = "0"
     capabilities = Capabilities(ops=frozenset(G.OP_NAMES), weight_types=frozenset(FORMATS), kv_dtypes={"f32"},

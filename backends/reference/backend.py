@@ -8,7 +8,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from llamay_core.backend_api import Availability, Batch, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Batch, Capabilities, KvSpec
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
@@ -43,11 +43,12 @@ class ReferenceWeights:
         return dequantize(t.raw_rows()[ids], t.ggml_type).astype(np.float32).reshape(len(ids), t.shape[-1])
 
 
-class ReferenceBackend:
+class ReferenceBackend(BackendBase):
     name = "reference"
     version = "1"
     capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES,
-                                kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=1 << 20)
+                                kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=1 << 20,
+                                device_kind="host", is_reference=True)
 
     def probe(self) -> Availability:
         return Availability(True, device=f"host cpu ({platform.machine()}), numpy {np.__version__}")

@@ -9,7 +9,7 @@ import importlib
 import time
 from typing import Any, Mapping
 
-from llamay_core.backend_api import Availability, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
@@ -21,7 +21,7 @@ from llamay_backends.vulkan.shader_build import SPV_DIR, WEIGHT_TYPES, kernel_va
 MAX_TOKENS_PER_PASS = 128
 
 
-class VulkanBackend:
+class VulkanBackend(BackendBase):
     name = "vulkan"
     version = "1"
     capabilities = Capabilities(ops=OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16"},

@@ -5,7 +5,7 @@ import time
 from typing import Mapping
 
 from llamay_core.plugins_runtime.registry import source_fingerprint
-from llamay_core.backend_api import Availability, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
@@ -15,7 +15,7 @@ from llamay_backends.webgpu.formats import WEIGHT_TYPES
 MAX_TOKENS_PER_PASS = 256
 
 
-class WebGPUBackend:
+class WebGPUBackend(BackendBase):
     name = "webgpu"
     version = source_fingerprint(__file__)
     capabilities = Capabilities(ops=G.OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32"},

@@ -5,22 +5,11 @@ import argparse
 import platform
 import sys
 
+from llamay_core.host_info import cpu_features
+
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("-v", "--verbose", action="store_true", help="also limits, features and KV sizes")
-
-
-def cpu_features() -> list[str]:
-    wanted = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "neon", "asimd", "i8mm")
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    have = set(line.split(":", 1)[1].split())
-                    return [w for w in wanted if w in have]
-    except OSError:
-        pass
-    return []
 
 
 def blas_name() -> str:

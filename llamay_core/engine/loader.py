@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
+import attrs
 from gguf.constants import GGML_QUANT_SIZES
 
-from llamay_core.backend_api import KV_DTYPES, KvSpec
+from llamay_core.backend_api import KV_DTYPES, KvSpec, missing_members
 from llamay_core.engine.model import Model
-from llamay_core.errors import BackendError, ModelFileError, UsageError
+from llamay_core.errors import BackendError, BackendFailure, LlamayError, ModelFileError, UsageError, one_line
 from llamay_core.files.gguf_file import GGUFFile, open_gguf
 from llamay_core.files.model_names import KNOWN_MODELS, resolve_model
 from llamay_core.graph.model_spec import ModelSpec
@@ -52,16 +53,90 @@ def check_weight_types(gguf: GGUFFile, spec: ModelSpec, backend_name: str, weigh
                                             f"(backend {backend_name} reads {', '.join(sorted(weight_types))})")
 
 
+def backend_step(backend_name: str, stage: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a backend's `fn`; anything it raises becomes a one-line BackendFailure naming the step."""
+    try:
+        return fn(*args)
+    except LlamayError:
+        raise
+    except Exception as exc:  # a backend's bug must reach the user as one line, not a traceback
+        raise BackendFailure(backend_name, stage, exc) from exc
+
+
+def check_contract(name: str, backend: Any) -> None:
+    """Refuse, in one line, a backend object that lacks members of the contract."""
+    missing = missing_members(backend)
+    if missing:
+        raise BackendError(f"backend {name!r} does not implement the contract: it lacks {', '.join(missing)} "
+                           "(subclass llamay_core.backend_api.BackendBase for the optional ones)")
+
+
 def create_backend(name: str) -> Any:
+    """The named backend, created and probed; unavailable or broken ones raise a one-line error."""
     info = get_registry().backend_info(name)
     try:
         backend = info.create()
-    except ImportError as exc:
-        raise BackendError(f"backend {name!r} is unavailable: {exc}") from None
-    availability = backend.probe()
+    except Exception as exc:  # ImportError from a missing driver package, or a broken plugin
+        raise BackendError(f"backend {name!r} is unavailable: {one_line(exc)}") from exc
+    check_contract(name, backend)
+    availability = backend_step(name, "probe", backend.probe)
     if not availability.available:
         raise BackendError(f"backend {name!r} is unavailable: {availability.reason}")
     return backend
+
+
+@attrs.frozen
+class ModelBuild:
+    """Everything `load()` settles before a backend is chosen; `on()` finishes the Model."""
+
+    gguf: GGUFFile
+    spec: ModelSpec
+    tokenizer: Any
+    kv_spec: KvSpec
+    n_ctx: int
+    ubatch: int
+    display_name: str
+    prefix_cache_mib: float | None = None
+
+    def usable_on(self, backend: Any) -> str:
+        """Why `backend` cannot run this model as asked ("" when it can), without running anything."""
+        caps = backend.capabilities
+        missing_ops = self.spec.graph.op_names() - set(caps.ops)
+        if missing_ops:
+            return f"lacks ops {', '.join(sorted(missing_ops))}"
+        odd = sorted({self.gguf.tensors[n].type_name for n in self.spec.graph.weight_names()} - set(caps.weight_types))
+        if odd:
+            return f"does not read {', '.join(odd)} weights"
+        if self.kv_spec.dtype not in caps.kv_dtypes:
+            return f"does not store KV as {self.kv_spec.dtype}"
+        return ""
+
+    def on(self, backend_name: str, backend: Any) -> Model:
+        """Load the weights on `backend`, compile the graph, and wrap it all in a Model."""
+        caps = backend.capabilities
+        check_weight_types(self.gguf, self.spec, backend_name, caps.weight_types)
+        missing_ops = self.spec.graph.op_names() - set(caps.ops)
+        if self.kv_spec.dtype not in caps.kv_dtypes and not missing_ops:
+            raise UsageError(f"backend {backend_name!r} does not store KV as {self.kv_spec.dtype} "
+                             f"(it offers {', '.join(sorted(caps.kv_dtypes))})")
+        if missing_ops:  # the ops it lacks run on a fallback backend (engine/split.py)
+            from llamay_core.engine.split import compile_split
+
+            store, executable = backend_step(backend_name, "compile", compile_split, self.spec.graph,
+                                             self.gguf.tensors, self.kv_spec, backend_name, backend, create_backend)
+        else:
+            weights = backend_step(backend_name, "load_weights", backend.load_weights,
+                                   {n: self.gguf.tensors[n] for n in self.spec.graph.weight_names()})
+            store = backend_step(backend_name, "kv_store", backend.kv_store, self.kv_spec)
+            executable = backend_step(backend_name, "compile", backend.compile, self.spec.graph, weights, store)
+        m = Model(gguf=self.gguf, spec=self.spec, tokenizer=self.tokenizer, backend_name=backend_name,
+                  backend=backend, kv_spec=self.kv_spec, store=store, executable=executable, n_ctx=self.n_ctx,
+                  ubatch=min(self.ubatch, caps.max_tokens_per_pass), display_name=self.display_name)
+        if self.prefix_cache_mib:
+            from llamay_core.state.prefix_cache import PrefixCache
+
+            m.prefix_cache = PrefixCache(m.pool, budget_bytes=int(self.prefix_cache_mib * 2**20))
+        return m
 
 
 def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx: int | None = None,
@@ -80,18 +155,6 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     ctx = min(DEFAULT_CTX, hp.context_length) if n_ctx is None else n_ctx
     if ctx < 1:
         raise UsageError(f"context size must be >= 1, got {ctx}")
-    if backend is None:
-        from llamay_core.engine.backend_choice import choose_backend
-
-        backend_name, backend_obj = choose_backend(gguf, spec)
-    else:
-        backend_name, backend_obj = backend, create_backend(backend)
-    caps = backend_obj.capabilities
-    check_weight_types(gguf, spec, backend_name, caps.weight_types)
-    missing_ops = spec.graph.op_names() - set(caps.ops)
-    if kv_dtype not in caps.kv_dtypes and not missing_ops:
-        raise UsageError(f"backend {backend_name!r} does not store KV as {kv_dtype} "
-                         f"(it offers {', '.join(sorted(caps.kv_dtypes))})")
     from llamay_core.tokenizer import Tokenizer
 
     try:
@@ -101,20 +164,11 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     pages_per_seq = -(-ctx // page_size)
     kv_spec = KvSpec(n_layers=hp.n_layers, n_kv_heads=hp.n_kv_heads, key_dim=hp.key_dim, value_dim=hp.value_dim,
                      page_size=page_size, max_pages=pages_per_seq * max(n_seq, 1) + 64, dtype=kv_dtype)
-    if missing_ops:  # the ops it lacks run on a fallback backend (engine/split.py)
-        from llamay_core.engine.split import compile_split
-
-        store, executable = compile_split(spec.graph, gguf.tensors, kv_spec, backend_name, backend_obj, create_backend)
-    else:
-        weights = backend_obj.load_weights({n: gguf.tensors[n] for n in spec.graph.weight_names()})
-        store = backend_obj.kv_store(kv_spec)
-        executable = backend_obj.compile(spec.graph, weights, store)
     display = spec_text if spec_text in KNOWN_MODELS else str(gguf.metadata.get("general.name") or path.stem)
-    m = Model(gguf=gguf, spec=spec, tokenizer=tokenizer, backend_name=backend_name, backend=backend_obj,
-              kv_spec=kv_spec, store=store, executable=executable, n_ctx=ctx,
-              ubatch=min(ubatch, caps.max_tokens_per_pass), display_name=display)
-    if prefix_cache_mib:
-        from llamay_core.state.prefix_cache import PrefixCache
+    build = ModelBuild(gguf=gguf, spec=spec, tokenizer=tokenizer, kv_spec=kv_spec, n_ctx=ctx, ubatch=ubatch,
+                       display_name=display, prefix_cache_mib=prefix_cache_mib)
+    if backend is None:
+        from llamay_core.engine.backend_choice import load_on_best_backend
 
-        m.prefix_cache = PrefixCache(m.pool, budget_bytes=int(prefix_cache_mib * 2**20))
-    return m
+        return load_on_best_backend(build)
+    return build.on(backend, create_backend(backend))

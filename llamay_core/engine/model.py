@@ -38,6 +38,36 @@ class Model:
         self.display_name = display_name
         self.prefix_cache: Any = None  # a PrefixCache when loaded with prefix_cache_mib
         self.last_stats: Any = None  # the GenerationStats of the last generate()
+        self.closed = False
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the backend's device resources (its `close()`); the model is unusable after.
+
+        Calling it again does nothing. `with llamay.load(...) as model:` closes on leaving.
+        """
+        if self.closed:
+            return
+        self.closed = True
+        from llamay_core.engine.split import SplitExecutable
+
+        if isinstance(self.executable, SplitExecutable):
+            self.executable.fallback_backend.close()
+        self.backend.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def placement(self) -> list[tuple[str, list[str]]]:
+        """(backend, op names) per part of the graph: where each op runs, for reports."""
+        from llamay_core.engine.split import SplitExecutable
+
+        if isinstance(self.executable, SplitExecutable):
+            return self.executable.placement()
+        return [(self.backend_name, [n.name for n in self.spec.graph.nodes])]
 
     # -- text ---------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool = True, parse_special: bool = False) -> list[int]:

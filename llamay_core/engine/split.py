@@ -109,11 +109,12 @@ class SplitExecutable:
     """Runs the segments in order, each on its backend, handing activations across on the host."""
 
     def __init__(self, graph: Graph, segments: Sequence[Segment], executables: Sequence[Callable[[Batch], Any]],
-                 primary: str, fallback: str) -> None:
+                 primary: str, fallback: str, fallback_backend: Any) -> None:
         self.graph = graph
         self.segments = list(segments)
         self.executables = list(executables)
         self.primary, self.fallback = primary, fallback
+        self.fallback_backend = fallback_backend  # closed with the model (Model.close)
 
     def __call__(self, batch: Batch) -> np.ndarray:
         values: dict[str, np.ndarray] = {}
@@ -181,4 +182,4 @@ def compile_split(graph: Graph, tensors: Mapping[str, TensorInfo], kv_spec: KvSp
         seg_store = store if on_primary == kv_on_primary else other_store
         for i in mine:
             executables[i] = backend.compile(segments[i].graph, weights, seg_store)
-    return store, SplitExecutable(graph, segments, executables, primary_name, fallback_name)
+    return store, SplitExecutable(graph, segments, executables, primary_name, fallback_name, fallback)

@@ -62,16 +62,23 @@ def save_record(record: ConformanceRecord) -> Path:
     return path
 
 
-def find_record(backend: str, backend_version: str, model_hash: str) -> ConformanceRecord | None:
-    """The full record if there is one, else the quick one, else None."""
+def find_records(backend: str, backend_version: str, model_hash: str) -> list[ConformanceRecord]:
+    """The full record and the quick one, those that exist, in that order."""
+    out = []
     for level in ("full", "quick"):
         path = _path(backend, backend_version, model_hash, level)
         if path.exists():
             try:
-                return ConformanceRecord(**json.loads(path.read_text()))
+                out.append(ConformanceRecord(**json.loads(path.read_text())))
             except (ValueError, TypeError):
                 continue
-    return None
+    return out
+
+
+def find_record(backend: str, backend_version: str, model_hash: str) -> ConformanceRecord | None:
+    """The full record if there is one, else the quick one, else None."""
+    found = find_records(backend, backend_version, model_hash)
+    return found[0] if found else None
 
 
 def all_records() -> list[ConformanceRecord]:

@@ -16,7 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from llamay_core.backend_api import Availability, Batch, Capabilities, KvSpec
+from llamay_core.backend_api import Availability, BackendBase, Batch, Capabilities, KvSpec
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
@@ -30,11 +30,11 @@ WEIGHT_TYPES = frozenset({"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", 
 Step = Callable[[dict[str, np.ndarray], Batch], None]
 
 
-class ExampleBackend:
+class ExampleBackend(BackendBase):
     name = "example"
     version = "0.1.0"  # conformance records are kept per version: bump it when kernels change
     capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES,
-                                kv_dtypes={"f32", "f16"}, max_tokens_per_pass=4096)
+                                kv_dtypes={"f32", "f16"}, max_tokens_per_pass=4096, device_kind="host")
 
     def probe(self) -> Availability:
         return Availability(True, device=f"host {platform.machine()} (numpy {np.__version__})")

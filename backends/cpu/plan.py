@@ -62,10 +62,6 @@ class PassInfo:
             self.large_segments.append((int(idx[0]), int(idx[-1]) + 1))
 
 
-def _inputs(node: Any) -> list[str]:
-    return [v for v in (getattr(node, f, None) for f in ("x", "a", "b", "gate", "up", "q", "k", "v")) if v]
-
-
 def _tokens_count(p: "PassInfo") -> int:
     return p.n
 
@@ -87,16 +83,16 @@ class CpuPlan:
         self._free: dict[int, list[np.ndarray]] = {}  # buffers of dead values, by width
         last_use = {}
         for i, node in enumerate(graph.nodes):
-            for name in _inputs(node):
+            for name in node.inputs():
                 last_use[name] = i
         last_use[graph.output] = len(graph.nodes)
         for i, node in enumerate(graph.nodes):
-            inputs = _inputs(node)
+            inputs = node.inputs()
             selected = isinstance(node, G.SelectRows) or any(i in self._selected for i in inputs if i)
             self._count = _rows_count if selected and not isinstance(node, G.SelectRows) else _tokens_count
             self.steps.append(self._step(node))
-            if selected and getattr(node, "out", None):
-                self._selected.add(node.out)
+            if selected:
+                self._selected.update(node.outputs())
             # A value's buffer is reused once its last reader has been planned (never by that
             # reader's own output, which was allocated before the release).
             for name in set(inputs):

@@ -122,20 +122,6 @@ def value_width(node: Any, widths: dict[str, int], shapes: dict[str, tuple[int, 
     return widths[node.x]
 
 
-def node_inputs(node: Any) -> tuple[str, ...]:
-    if isinstance(node, (G.Add, G.Mul)):
-        return (node.a, node.b)
-    if isinstance(node, (G.SiluMul, G.GeluMul)):
-        return (node.gate, node.up)
-    if isinstance(node, G.KvWrite):
-        return (node.k, node.v)
-    if isinstance(node, G.Attention):
-        return (node.q,)
-    if isinstance(node, G.Embed):
-        return ()
-    return (node.x,)
-
-
 def check_node(node: Any, widths: dict[str, int], shapes: dict[str, tuple[int, ...]],
                types: dict[str, str], spec: KvSpec) -> None:
     """One-line BackendError for anything the kernels do not handle."""
@@ -252,7 +238,7 @@ def build_plan(graph: Graph, shapes: dict[str, tuple[int, ...]], types: dict[str
     space: dict[str, str] = {}
     for node in graph.nodes:
         check_node(node, widths, shapes, types, spec)
-        for name in node_inputs(node):
+        for name in node.inputs():
             if name not in widths:
                 raise BackendError(f"cuda: {node.name} reads {name!r} before anything writes it")
         if isinstance(node, G.KvWrite):
@@ -260,7 +246,7 @@ def build_plan(graph: Graph, shapes: dict[str, tuple[int, ...]], types: dict[str
                 raise BackendError("cuda: kv_write after select_rows has no positions to write at")
             continue
         widths[node.out] = value_width(node, widths, shapes)
-        ins = node_inputs(node)
+        ins = node.inputs()
         space[node.out] = ROWS if isinstance(node, G.SelectRows) or (ins and space[ins[0]] == ROWS) else TOKENS
         if isinstance(node, (G.Rope, G.Attention)) and space[node.out] == ROWS:
             raise BackendError(f"cuda: {node.name} after select_rows has no positions")
@@ -269,7 +255,7 @@ def build_plan(graph: Graph, shapes: dict[str, tuple[int, ...]], types: dict[str
 
     last_use: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
-        for name in node_inputs(node):
+        for name in node.inputs():
             last_use[name] = i
     last_use[graph.output] = len(graph.nodes)
 
@@ -278,18 +264,18 @@ def build_plan(graph: Graph, shapes: dict[str, tuple[int, ...]], types: dict[str
     where: dict[str, int] = {}
     steps: list[Step] = []
     for i, node in enumerate(graph.nodes):
-        ins = tuple(where[name] for name in node_inputs(node))
+        ins = tuple(where[name] for name in node.inputs())
         out = None
         if not isinstance(node, G.KvWrite):
             # Outputs never share a buffer with this node's inputs: matmul, rope and select_rows read
             # other elements than the one they write, so in-place would race.
             out = take_buffer(buffers, free, space[node.out], widths[node.out])
             where[node.out] = out
-        for name in set(node_inputs(node)):
+        for name in set(node.inputs()):
             if last_use[name] == i:
                 free.append(where[name])
-        steps.append(Step(node, ins, out, space.get(getattr(node, "out", None), TOKENS),
-                          widths.get(getattr(node, "out", None), 0)))
+        steps.append(Step(node, ins, out, space.get(next(iter(node.outputs()), None), TOKENS),
+                          widths.get(next(iter(node.outputs()), None), 0)))
     row_bytes = {name: formats.row_bytes(types[name], shape[1]) for name, shape in shapes.items() if len(shape) == 2
                  and types[name] in formats.WEIGHT_TYPES}
     return Plan(tuple(steps), tuple(buffers), where[graph.output], graph.n_vocab, spec, dict(shapes), dict(types),

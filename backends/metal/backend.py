@@ -130,7 +130,7 @@ class MetalExecutable:
             elif isinstance(n, G.Attention):
                 w = n.n_heads * n.value_dim
             else:
-                w = self.widths[getattr(n, "x", None) or getattr(n, "a", None) or n.gate]
+                w = self.widths[n.inputs()[0]]
             self.widths[n.out] = w
         self.values = {name: backend.buffer(MAX_TOKENS_PER_PASS * w * 4) for name, w in self.widths.items()}
 
@@ -171,12 +171,11 @@ class MetalExecutable:
             enc.dispatchThreadgroups_threadsPerThreadgroup_(Metal.MTLSizeMake(groups[0], groups[1], 1),
                                                             Metal.MTLSizeMake(threads[0], threads[1], 1))
 
-        rows = r_count if rows_of.get(getattr(n, "x", None) or getattr(n, "a", None) or getattr(n, "gate", None)) == r_count \
+        rows = r_count if rows_of.get(next(iter(n.inputs()), None)) == r_count \
             and not isinstance(n, (G.Embed, G.KvWrite, G.Attention)) else t_count
         if isinstance(n, G.SelectRows):
             rows = r_count
-        out_name = getattr(n, "out", None)
-        if out_name:
+        for out_name in n.outputs():
             rows_of[out_name] = rows
         s = self.store.spec
         kw, vw = s.n_kv_heads * s.key_dim, s.n_kv_heads * s.value_dim

@@ -49,12 +49,6 @@ class Value:
     buffer: Buffer | None = None
 
 
-def reads(node: Any) -> list[str]:
-    """The values a node reads."""
-    fields = ("x", "a", "b", "q", "k", "v", "gate", "up")
-    return [getattr(node, f) for f in fields if isinstance(getattr(node, f, None), str)]
-
-
 @attrs.define
 class MatMulFusion:
     """Work a matmul takes over: an add (its residual operand) and/or the silu/gelu_mul making x."""
@@ -133,10 +127,10 @@ class VulkanPlan:
         producer: dict[str, int] = {}
         uses: dict[str, int] = {}
         for i, node in enumerate(nodes):
-            for name in reads(node):
+            for name in node.inputs():
                 uses[name] = uses.get(name, 0) + 1
-            if getattr(node, "out", None):
-                producer[node.out] = i
+            for name in node.outputs():
+                producer[name] = i
         fusions: dict[int, MatMulFusion] = {}
 
         def single_use(name: str) -> bool:
@@ -173,14 +167,14 @@ class VulkanPlan:
         absorbed = self._absorbed()
         last_use: dict[str, int] = {}
         for i, node in enumerate(nodes):
-            for name in reads(node):
+            for name in node.inputs():
                 last_use[name] = max(last_use.get(name, -1), absorbed.get(i, i))
         free: list[Buffer] = []
         for i, node in enumerate(nodes):
             if i in absorbed:
                 continue
             fusion = self.fused.get(i)
-            name = nodes[fusion.add].out if fusion and fusion.add is not None else getattr(node, "out", None)
+            name = nodes[fusion.add].out if fusion and fusion.add is not None else next(iter(node.outputs()), None)
             if name:
                 value = self.values[name]
                 size = self.tmax * value.width * 4

@@ -15,7 +15,7 @@ from llamay_backends.webgpu.device import Gpu
 from llamay_backends.webgpu.kernels import Pipelines
 from llamay_backends.webgpu.page_store import WebGPUPageStore
 from llamay_backends.webgpu.plan import (ELEMENTWISE, LOGIT_ROWS, TOKENS, ActivationPool, Dispatch, linear_grid,
-                                         last_uses, node_inputs, infer_shapes, pack_params)
+                                         last_uses, infer_shapes, pack_params)
 from llamay_backends.webgpu.weights import WebGPUWeights
 
 MM_ROWS, MM_TOKENS = 4, 8  # rows and tokens per matmul workgroup (matmul.wgsl ROWS, TT)
@@ -59,13 +59,12 @@ class WebGPUExecutable:
     def _plan(self) -> None:
         last = last_uses(self.graph)
         for i, node in enumerate(self.graph.nodes):
-            out = getattr(node, "out", None)
-            if out is not None:
+            for out in node.outputs():
                 shape = self.shapes[out]
                 rows = self.max_rows if shape.rows == LOGIT_ROWS else self.max_tokens
                 self.buffers[out] = self.pool.take(rows * shape.width * 4)
             self._add_node(node)
-            for name in set(node_inputs(node)):
+            for name in set(node.inputs()):
                 if last[name] == i:
                     self.pool.give(self.buffers[name])
 
@@ -140,8 +139,8 @@ class WebGPUExecutable:
 
     def _add_elementwise(self, node: Any) -> None:
         b = self.buffers
-        first = getattr(node, "a", None) or getattr(node, "gate", None) or node.x
-        second = getattr(node, "b", None) or getattr(node, "up", None) or first
+        ins = node.inputs()
+        first, second = ins[0], ins[-1]  # unary ops read their one input twice
         factor = float(getattr(node, "factor", getattr(node, "cap", 0.0)))
         shape = self.shapes[node.out]
         self._dispatch("elementwise", None, {2: b[first], 3: b[second], 4: b[node.out]},

@@ -12,7 +12,6 @@ from llamay_core.graph.graph import Graph
 from llamay_backends.webgpu.weights import WebGPUWeights
 
 TOKENS, LOGIT_ROWS = 0, 1  # how many rows a value has in a pass: word 0 or word 1 of the pass table
-INPUT_FIELDS = ("x", "a", "b", "gate", "up", "q", "k", "v")
 ELEMENTWISE = {"add": 0, "mul": 1, "scale": 2, "silu_mul": 3, "gelu_mul": 4, "softcap": 5, "select_rows": 6}
 
 
@@ -43,14 +42,10 @@ def infer_shapes(graph: Graph, weights: WebGPUWeights) -> dict[str, ValueShape]:
     return shapes
 
 
-def node_inputs(node: Any) -> list[str]:
-    return [getattr(node, f) for f in INPUT_FIELDS if isinstance(getattr(node, f, None), str)]
-
-
 def last_uses(graph: Graph) -> dict[str, int]:
     last: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
-        for name in node_inputs(node):
+        for name in node.inputs():
             last[name] = i
     last[graph.output] = len(graph.nodes)
     return last

@@ -17,22 +17,12 @@ import attrs
 import numpy as np
 
 from llamay_core.backend_api import Batch, KvSpec
-from llamay_core.errors import BackendError
+from llamay_core.errors import BackendError, one_line
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
 
 KV_OPS = frozenset({"kv_write", "attention"})
-FALLBACK_ORDER = ("cpu", "reference")
-# Fields of an op that name activations it reads (weights and biases name tensors instead).
-VALUE_FIELDS = ("x", "a", "b", "gate", "up", "q", "k", "v")
-
-
-def reads(node: Any) -> list[str]:
-    """The activations a node reads."""
-    return [getattr(node, f) for f in VALUE_FIELDS if isinstance(getattr(node, f, None), str)]
-
-
 def value_widths(graph: Graph, tensors: Mapping[str, TensorInfo]) -> dict[str, int]:
     """Width (columns) of every value the graph computes, from the weight shapes."""
     widths: dict[str, int] = {}
@@ -45,8 +35,8 @@ def value_widths(graph: Graph, tensors: Mapping[str, TensorInfo]) -> dict[str, i
             widths[node.out] = node.n_heads * node.value_dim
         elif isinstance(node, G.Input):
             widths[node.out] = node.width
-        elif getattr(node, "out", None):
-            widths[node.out] = widths[reads(node)[0]]
+        elif node.outputs():  # elementwise and normalisation ops keep their first input's width
+            widths[node.outputs()[0]] = widths[node.inputs()[0]]
     return widths
 
 
@@ -78,13 +68,13 @@ def plan_split(graph: Graph, primary_ops: frozenset[str], tensors: Mapping[str, 
     producer: dict[str, int] = {}
     for i, (_, nodes) in enumerate(groups):
         for n in nodes:
-            if getattr(n, "out", None):
-                producer[n.out] = i
+            for name in n.outputs():
+                producer[name] = i
     needed_later: list[set[str]] = [set() for _ in groups]
     inputs: list[list[str]] = [[] for _ in groups]
     for i, (_, nodes) in enumerate(groups):
         for n in nodes:
-            for name in reads(n):
+            for name in n.inputs():
                 src = producer.get(name)
                 if src is None:
                     raise BackendError(f"graph reads {name!r} before any node computes it")
@@ -96,9 +86,9 @@ def plan_split(graph: Graph, primary_ops: frozenset[str], tensors: Mapping[str, 
     widths = value_widths(graph, tensors)
     segments = []
     for i, (side, nodes) in enumerate(groups):
-        exports = tuple(n.out for n in nodes if getattr(n, "out", None) in needed_later[i])
+        exports = tuple(name for n in nodes for name in n.outputs() if name in needed_later[i])
         body = [G.Input(name, widths[name]) for name in inputs[i]] + nodes + [G.Export(x) for x in exports]
-        outs = [n.out for n in body if getattr(n, "out", None)]
+        outs = [name for n in body for name in n.outputs()]
         output = exports[0] if exports else outs[-1]
         segments.append(Segment(side, Graph(nodes=tuple(body), output=output, n_vocab=graph.n_vocab),
                                 tuple(inputs[i]), exports))
@@ -131,22 +121,30 @@ class SplitExecutable:
                  [n.name for n in s.graph.nodes if n.name not in G.SPLIT_OP_NAMES]) for s in self.segments]
 
 
+def fallback_order(primary_name: str) -> list[str]:
+    """Registered backends other than the primary, highest priority first: fallback candidates."""
+    from llamay_core.plugins_runtime.manager import get_registry
+
+    infos = sorted(get_registry().backends.values(), key=lambda b: (-b.priority, b.name))
+    return [info.name for info in infos if info.name != primary_name]
+
+
 def choose_fallback(primary_name: str, needed_ops: frozenset[str], create: Callable[[str], Any]) -> tuple[str, Any]:
-    """The first of cpu, reference that is available and runs every op the primary lacks."""
+    """The first host backend (`Capabilities.device_kind`) by priority that is available and runs
+    every op the primary lacks. Activations cross on the host, so a host backend costs no copies."""
     reasons = []
-    for name in FALLBACK_ORDER:
-        if name == primary_name:
-            continue
+    for name in fallback_order(primary_name):
         try:
             backend = create(name)
-        except Exception as exc:  # an unavailable or broken fallback: try the next one
-            reasons.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        except Exception as exc:  # an unavailable or broken candidate: try the next one
+            reasons.append(f"{name}: {one_line(exc)}")
             continue
-        lacking = (needed_ops | G.SPLIT_OP_NAMES) - set(backend.capabilities.ops)
-        if lacking:
-            reasons.append(f"{name}: lacks {', '.join(sorted(lacking))}")
-            continue
-        return name, backend
+        caps = backend.capabilities
+        lacking = (needed_ops | G.SPLIT_OP_NAMES) - set(caps.ops)
+        if caps.device_kind == "host" and not lacking:
+            return name, backend
+        reasons.append(f"{name}: " + (f"lacks {', '.join(sorted(lacking))}" if lacking else "not a host backend"))
+        backend.close()
     raise BackendError(f"no fallback backend for the ops {primary_name!r} lacks ({'; '.join(reasons)})")
 
 

@@ -12,23 +12,22 @@ from llamay_core.graph import ops
 class Graph:
     """Ops in execution order. The value named by `output` holds the logits."""
 
-    nodes: tuple[Any, ...]
+    nodes: tuple[ops.Op, ...]
     output: str
     n_vocab: int
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Iterator[ops.Op]:
+        """The ops in execution order (the same as iterating `nodes`)."""
         return iter(self.nodes)
 
     def op_names(self) -> frozenset[str]:
         return frozenset(n.name for n in self.nodes)
 
     def weight_names(self) -> list[str]:
+        """GGUF tensor names the graph reads, in first-use order."""
         names: list[str] = []
         for n in self.nodes:
-            for field in ("weight", "bias"):
-                value = getattr(n, field, None)
-                if value and value not in names:
-                    names.append(value)
+            names.extend(w for w in n.weights() if w not in names)
         return names
 
 
@@ -43,9 +42,11 @@ class GraphBuilder:
         self._counter += 1
         return f"{hint}.{self._counter}"
 
-    def add_node(self, node: Any) -> Any:
+    def add_node(self, node: ops.Op) -> str | None:
+        """Append `node`; return the value it writes (None for ops that write none)."""
         self._nodes.append(node)
-        return getattr(node, "out", None)
+        outs = node.outputs()
+        return outs[0] if outs else None
 
     def embed(self, weight: str, scale: float = 1.0) -> str:
         return self.add_node(ops.Embed(self._fresh("x"), weight, scale))

@@ -6,23 +6,48 @@ positions and page tables, so a graph is built once per model and reused for eve
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import ClassVar, Optional
 
 import attrs
 
 
+class Op:
+    """What every op record declares: the fields naming activations it reads, the values it
+    writes, and the GGUF tensors it reads. Use `inputs()`, `outputs()` and `weights()`; never
+    guess them from field names (an op added later may use others)."""
+
+    name: ClassVar[str]
+    input_fields: ClassVar[tuple[str, ...]] = ("x",)
+    output_fields: ClassVar[tuple[str, ...]] = ("out",)
+    weight_fields: ClassVar[tuple[str, ...]] = ()
+
+    def inputs(self) -> tuple[str, ...]:
+        """Names of the activations this op reads, in field order."""
+        return tuple(getattr(self, f) for f in self.input_fields)
+
+    def outputs(self) -> tuple[str, ...]:
+        """Names of the activations this op writes (none for `kv_write` and `export`)."""
+        return tuple(getattr(self, f) for f in self.output_fields)
+
+    def weights(self) -> tuple[str, ...]:
+        """GGUF tensor names this op reads (an optional weight or bias left as None is skipped)."""
+        return tuple(w for w in (getattr(self, f) for f in self.weight_fields) if w is not None)
+
+
 @attrs.frozen
-class Embed:
+class Embed(Op):
     """out[t] = weight row `tokens[t]` (the table stored in its GGML type), times `scale`."""
 
     out: str
     weight: str
     scale: float = 1.0
-    name = "embed"
+    name: ClassVar[str] = "embed"
+    input_fields = ()
+    weight_fields = ("weight",)
 
 
 @attrs.frozen
-class RmsNorm:
+class RmsNorm(Op):
     """out = x / sqrt(mean(x^2) + eps) * (weight + weight_offset), over groups of `group` columns.
 
     `group` = 0 normalises whole rows; a head size normalises each head (QK-norm).
@@ -34,52 +59,56 @@ class RmsNorm:
     eps: float
     group: int = 0
     weight_offset: float = 0.0
-    name = "rms_norm"
+    name: ClassVar[str] = "rms_norm"
+    weight_fields = ("weight",)
 
 
 @attrs.frozen
-class MatMul:
+class MatMul(Op):
     """out = x @ weight.T (+ bias): weight is [out_features, in_features] in any GGML type."""
 
     out: str
     x: str
     weight: str
     bias: Optional[str] = None
-    name = "matmul"
+    name: ClassVar[str] = "matmul"
+    weight_fields = ("weight", "bias")
 
 
 @attrs.frozen
-class Add:
+class Add(Op):
     """out = a + b (same shape)."""
 
     out: str
     a: str
     b: str
-    name = "add"
+    name: ClassVar[str] = "add"
+    input_fields = ("a", "b")
 
 
 @attrs.frozen
-class Mul:
+class Mul(Op):
     """out = a * b (same shape)."""
 
     out: str
     a: str
     b: str
-    name = "mul"
+    name: ClassVar[str] = "mul"
+    input_fields = ("a", "b")
 
 
 @attrs.frozen
-class Scale:
+class Scale(Op):
     """out = x * factor."""
 
     out: str
     x: str
     factor: float
-    name = "scale"
+    name: ClassVar[str] = "scale"
 
 
 @attrs.frozen
-class Rope:
+class Rope(Op):
     """Rotary position embedding on `n_heads` heads of `head_dim`, the first `n_rot` dims.
 
     mode "normal" rotates adjacent pairs (2i, 2i+1); "neox" rotates (i, i + n_rot/2).
@@ -94,21 +123,23 @@ class Rope:
     mode: str
     base: float
     freq_scale: float = 1.0
-    name = "rope"
+    name: ClassVar[str] = "rope"
 
 
 @attrs.frozen
-class KvWrite:
+class KvWrite(Op):
     """Store k [T, n_kv*key_dim] and v [T, n_kv*value_dim] of `layer` at the batch positions."""
 
     layer: int
     k: str
     v: str
-    name = "kv_write"
+    name: ClassVar[str] = "kv_write"
+    input_fields = ("k", "v")
+    output_fields = ()
 
 
 @attrs.frozen
-class Attention:
+class Attention(Op):
     """Causal attention of q [T, n_heads*key_dim] over the layer's cached K/V (grouped heads).
 
     Each token attends to positions 0..p of its own sequence (and, with `window` > 0, only to
@@ -125,50 +156,53 @@ class Attention:
     scale: float
     softcap: float = 0.0
     window: int = 0
-    name = "attention"
+    name: ClassVar[str] = "attention"
+    input_fields = ("q",)
 
 
 @attrs.frozen
-class SiluMul:
+class SiluMul(Op):
     """out = silu(gate) * up (SwiGLU)."""
 
     out: str
     gate: str
     up: str
-    name = "silu_mul"
+    name: ClassVar[str] = "silu_mul"
+    input_fields = ("gate", "up")
 
 
 @attrs.frozen
-class GeluMul:
+class GeluMul(Op):
     """out = gelu_tanh(gate) * up (GeGLU)."""
 
     out: str
     gate: str
     up: str
-    name = "gelu_mul"
+    name: ClassVar[str] = "gelu_mul"
+    input_fields = ("gate", "up")
 
 
 @attrs.frozen
-class Softcap:
+class Softcap(Op):
     """out = cap * tanh(x / cap)."""
 
     out: str
     x: str
     cap: float
-    name = "softcap"
+    name: ClassVar[str] = "softcap"
 
 
 @attrs.frozen
-class SelectRows:
+class SelectRows(Op):
     """out = x[batch.logit_rows]: keep only the rows whose logits are wanted."""
 
     out: str
     x: str
-    name = "select_rows"
+    name: ClassVar[str] = "select_rows"
 
 
 @attrs.frozen
-class Input:
+class Input(Op):
     """out = batch.inputs[out]: an activation [rows, width] handed in by the engine.
 
     Plumbing for graph splits (llamay_core/engine/split.py): a segment of the graph running on
@@ -178,15 +212,17 @@ class Input:
 
     out: str
     width: int
-    name = "input"
+    name: ClassVar[str] = "input"
+    input_fields = ()
 
 
 @attrs.frozen
-class Export:
+class Export(Op):
     """batch.outputs[x] = x as a float32 host array: a value a later graph segment needs."""
 
     x: str
-    name = "export"
+    name: ClassVar[str] = "export"
+    output_fields = ()
 
 
 OP_TYPES = (Embed, RmsNorm, MatMul, Add, Mul, Scale, Rope, KvWrite, Attention, SiluMul, GeluMul,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import attrs
 import numpy as np
 import pytest
 
@@ -44,6 +45,7 @@ def broken_backend(fault: str, backend_name: str) -> type:
     class Broken(ReferenceBackend):
         name = backend_name
         version = "0.0.1"
+        capabilities = attrs.evolve(ReferenceBackend.capabilities, is_reference=False)  # it must earn trust
 
         def compile(self, graph, weights, store):
             return executable(graph, weights, store)

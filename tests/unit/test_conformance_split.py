@@ -47,7 +47,7 @@ def reference_fallback(monkeypatch):
     """Tests use reference as the fallback: the cpu backend's first compile is slow."""
     from llamay_core.engine import split
 
-    monkeypatch.setattr(split, "FALLBACK_ORDER", ("reference",))
+    monkeypatch.setattr(split, "fallback_order", lambda primary: ["reference"])
 
 
 @pytest.fixture(scope="module")

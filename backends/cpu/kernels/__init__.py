@@ -119,7 +119,7 @@ __all__ = [
     "BF16", "F16", "F32", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
     "matvec", "matvec_float", "matvec_q8", "uses_q8", "HAS_VNNI",
-    "matmul", "matmul_fused", "matmul_q8", "dequantize_rows", "dequantize_range",
+    "matmul", "matmul_fused", "matmul_q8", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",
 ]

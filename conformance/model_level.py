@@ -168,8 +168,8 @@ def run_model_level(backend_name: str, ref: ReferenceModel, effort: Effort, scra
     except Exception as exc:  # a backend that cannot even load the model fails, with the reason
         return [ModelCheck("load", False, f"{type(exc).__name__}: {exc}")], ""
     placement = ""
-    if hasattr(model.executable, "placement"):
-        placement = " | ".join(f"{b}:{'+'.join(sorted(set(ops)))}" for b, ops in model.executable.placement())
+    if len(model.placement()) > 1:  # split across backends: say what ran where
+        placement = " | ".join(f"{b}:{'+'.join(sorted(set(ops)))}" for b, ops in model.placement())
     checks = []
     for check in (lambda: check_greedy(model, ref, effort), lambda: check_teacher_forcing(model, ref, effort),
                   lambda: check_state(model, effort, scratch)):

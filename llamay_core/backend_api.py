@@ -113,9 +113,16 @@ class Batch:
 
 @runtime_checkable
 class PageStore(Protocol):
-    """Device storage for KV pages. Page ids are allocated by the engine's page pool."""
+    """Device storage for KV pages. Page ids are allocated by the engine's page pool.
+
+    ``spec`` is the KvSpec the store was made for (the engine reads page size and count from
+    it). ``encoding`` names the byte layout of ``read_page``: snapshots record it, and a
+    snapshot restores only into a store with the same encoding. Stores that use the standard
+    layout (``llamay_core.state.host_pages.standard_encoding``) share snapshots across backends.
+    """
 
     spec: KvSpec
+    encoding: str
 
     def read_page(self, page: int) -> bytes:
         """The page's bytes (every layer's K and V), in this store's dtype encoding."""

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import numpy as np
 
 from llamay_core.backend_api import KvSpec
+from llamay_core.state.host_pages import standard_encoding
 from llamay_backends.cuda.paging import PageLayout
 
 PAGE_DTYPES = {"f32": np.float32, "f16": np.float16}
@@ -21,6 +22,7 @@ class CudaPageStore:
         if spec.dtype not in PAGE_DTYPES:
             raise ValueError(f"the cuda backend stores KV as f32 or f16, not {spec.dtype}")
         self.spec = spec
+        self.encoding = standard_encoding(spec)
         self.layout = PageLayout.of(spec)
         self.dtype = np.dtype(PAGE_DTYPES[spec.dtype])
         self.xp = xp

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from llamay_core.backend_api import Availability, BackendBase, Batch, Capabilities, KvSpec
+from llamay_core.state.host_pages import standard_encoding
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
@@ -98,6 +99,7 @@ class MetalPageStore:
 
     def __init__(self, spec: KvSpec, backend: MetalBackend) -> None:
         self.spec = spec
+        self.encoding = standard_encoding(spec)
         kw, vw = spec.n_kv_heads * spec.key_dim, spec.n_kv_heads * spec.value_dim
         self.page_elems = spec.n_layers * spec.page_size * (kw + vw)
         self.buffer = backend.buffer(spec.max_pages * self.page_elems * 4)

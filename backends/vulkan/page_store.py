@@ -5,6 +5,7 @@ import numpy as np
 
 from llamay_backends.vulkan.device import Buffer, Device
 from llamay_core.backend_api import KvSpec
+from llamay_core.state.host_pages import standard_encoding
 from llamay_core.errors import BackendError
 
 ELEMENT_BYTES = {"f32": 4, "f16": 2}
@@ -17,6 +18,7 @@ class VulkanPageStore:
         if spec.dtype not in ELEMENT_BYTES:
             raise BackendError(f"vulkan stores KV as f32 or f16, not {spec.dtype}")
         self.device, self.spec = device, spec
+        self.encoding = standard_encoding(spec)
         self.k_width = spec.n_kv_heads * spec.key_dim
         self.v_width = spec.n_kv_heads * spec.value_dim
         self.layer_page_bytes = spec.page_size * (self.k_width + self.v_width) * ELEMENT_BYTES[spec.dtype]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from llamay_core.backend_api import KvSpec
+from llamay_core.state.host_pages import standard_encoding
 from llamay_core.errors import UsageError
 from llamay_backends.webgpu.device import Gpu
 
@@ -19,6 +20,7 @@ class WebGPUPageStore:
         if spec.dtype != "f32":
             raise UsageError(f"webgpu stores KV as f32 only, not {spec.dtype}")
         self.gpu, self.spec = gpu, spec
+        self.encoding = standard_encoding(spec)
         usage = gpu.wgpu.BufferUsage
         self.widths = [spec.n_kv_heads * spec.key_dim, spec.n_kv_heads * spec.value_dim]
         rows = spec.max_pages * spec.page_size

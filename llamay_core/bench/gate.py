@@ -4,30 +4,25 @@ from __future__ import annotations
 from typing import Any
 
 from llamay_core.errors import CorrectnessGateError
-from llamay_core.state.records import ConformanceRecord, find_record, save_record
+from llamay_core.state.records import ConformanceRecord, find_records
 
 
 def check_backend(model: Any) -> ConformanceRecord | None:
-    """Pass silently, or raise CorrectnessGateError saying where the tokens diverged.
+    """Pass silently, or raise CorrectnessGateError saying where the backend disagreed.
 
-    Uses the conformance record for (backend version, model hash) when there is one; otherwise
-    compares a short greedy run against reference and records the outcome.
+    Any failing record for (backend version, model hash) stops it. With no record at all, the
+    quick check against reference runs on `model` and its outcome is recorded.
     """
-    if model.backend_name == "reference":
+    if model.backend.capabilities.is_reference:
         return None
-    version = str(getattr(model.backend, "version", ""))
-    model_hash = model.gguf.file_hash()
-    record = find_record(model.backend_name, version, model_hash)
-    if record is None:
-        from llamay_core.engine.quick_check import compare_greedy
+    records = find_records(model.backend_name, str(model.backend.version), model.gguf.file_hash())
+    if not records:
+        from llamay_core.engine.quick_check import quick_check
 
-        passed, summary, _, _ = compare_greedy(model.gguf.path, model.backend_name, candidate=model)
-        record = ConformanceRecord(backend=model.backend_name, backend_version=version, model_hash=model_hash,
-                                   passed=passed, level="quick", summary=summary,
-                                   device=model.backend.probe().device)
-        save_record(record)
-    if not record.passed:
+        records = [quick_check(model)]
+    failed = [r for r in records if not r.passed]
+    if failed:
         raise CorrectnessGateError(
-            f"backend {model.backend_name} disagrees with reference on this model ({record.summary}); "
+            f"backend {model.backend_name} disagrees with reference on this model ({failed[0].summary}); "
             "no numbers printed")
-    return record
+    return records[0]

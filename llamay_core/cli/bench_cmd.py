@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.bench.gate import check_backend
     from llamay_core.bench.measure import Bench, Sample
     from llamay_core.bench.report import FORMATS, markdown
-    from llamay_core.cli.version_cmd import cpu_features
+    from llamay_core.host_info import cpu_features
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
     from llamay_core.version import __version__
@@ -71,8 +71,7 @@ def run(args: argparse.Namespace) -> int:
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     ubatch=args.ubatch, n_seq=max(2, args.forks + 2))
     load_seconds = time.perf_counter() - t0
-    if hasattr(m.backend, "set_threads"):
-        m.backend.set_threads(threads)
+    m.backend.set_threads(threads)
     check_backend(m)  # raises (exit 3) before any number is printed
 
     if args.spec:
@@ -107,10 +106,9 @@ def run(args: argparse.Namespace) -> int:
         samples.extend(state)
         extra_lines.append(f"Restoring a {args.prompt}-token context is {state[2].extra['speedup']:.1f}x "
                            "faster than recomputing it.")
-    describe = m.backend.describe() if hasattr(m.backend, "describe") else {}
-    if hasattr(m.backend, "bench_lines"):
-        extra_lines = list(m.backend.bench_lines()) + extra_lines
-    compile_s = getattr(m.backend, "compile_seconds", None)
+    describe = m.backend.describe()
+    extra_lines = list(m.backend.bench_lines()) + extra_lines
+    compile_s = m.backend.compile_seconds
     extra_lines.append(
         f"load {load_seconds:.2f}s" + (f" (kernel compile {compile_s:.2f}s)" if compile_s else "")
         + f" · warm-up {warmup_seconds:.2f}s · neither counted in any rate")

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import platform
 import sys
+from typing import Any
 
+from llamay_core.errors import one_line
 from llamay_core.host_info import cpu_features
 
 
@@ -23,40 +25,57 @@ def blas_name() -> str:
         return "unknown"
 
 
+def auto_pick(name: str, backend: Any, records: list[Any]) -> str:
+    """Why `llamay.load(model)` with no backend would or would not pick this backend."""
+    from llamay_core.engine.backend_choice import trust_verdict
+
+    if backend.capabilities.is_reference:
+        return "always trusted (the reference): picked when no higher-priority backend is trusted"
+    words = {"pick": "picked", "skip": "not picked", "check": "decided by a quick check"}
+    parts = []
+    for model_hash in sorted({r.model_hash for r in records}):
+        verdict = trust_verdict(name, backend, model_hash)
+        parts.append(f"model {model_hash}: {words[verdict.action]} ({verdict.reason})")
+    parts.append(("other models" if parts else "every model") + ": quick check against reference on first use")
+    return "; ".join(parts)
+
+
 def backend_rows(verbose: bool) -> list[str]:
+    from llamay_core.graph.ops import OP_NAMES
     from llamay_core.plugins_runtime.manager import get_registry
     from llamay_core.state.records import all_records
-
-    from llamay_core.graph.ops import OP_NAMES
 
     registry = get_registry()
     records = all_records()
     rows = []
     for info in sorted(registry.backends.values(), key=lambda b: (-b.priority, b.name)):
         package = registry.distributions.get(info.plugin, "?")
+        head = f"  {info.name:<10} {package:<16} priority {info.priority:<4}"
         try:
             backend = info.create()
             availability = backend.probe()
         except Exception as exc:
-            rows.append(f"  {info.name:<10} {package:<16} unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            rows.append(f"{head} broken: {one_line(exc)} · auto-pick: never (it raised)")
             continue
         if not availability.available:
-            rows.append(f"  {info.name:<10} {package:<16} unavailable: {availability.reason}")
+            rows.append(f"{head} unavailable: {availability.reason} · auto-pick: no (not available here)")
             continue
         caps = backend.capabilities
-        mine = [r for r in records if r.backend == info.name and r.backend_version == str(getattr(backend, 'version', ''))]
-        if info.name == "reference":
+        mine = [r for r in records if r.backend == info.name and r.backend_version == str(backend.version)]
+        if caps.is_reference:
             checked = "the reference (defines correctness)"
         elif mine:
-            checked = "; ".join(f"{'PASS' if r.passed else 'FAIL'} {r.level} on model {r.model_hash}" for r in mine)
+            checked = "; ".join(f"{'PASS' if r.passed else 'FAIL'} {r.level} on model {r.model_hash}"
+                                + (f" (covers {','.join(r.covers)})" if r.covers else "") for r in mine)
         else:
             checked = "no conformance record yet"
         coverage = f"{len(caps.ops & OP_NAMES)}/{len(OP_NAMES)} ops"
         if OP_NAMES - caps.ops:  # those run on the fallback backend (engine/split.py)
             coverage += f" (lacks {','.join(sorted(OP_NAMES - caps.ops))}: split to fallback)"
-        rows.append(f"  {info.name:<10} {package:<16} available  {availability.device}")
+        rows.append(f"{head} available ({caps.device_kind})  {availability.device}")
         rows.append(f"  {'':<10} types {','.join(sorted(caps.weight_types))[:90]}")
         rows.append(f"  {'':<10} {coverage} · kv {','.join(sorted(caps.kv_dtypes))} · conformance: {checked}")
+        rows.append(f"  {'':<10} auto-pick: {auto_pick(info.name, backend, mine)}")
         if verbose and availability.details:
             for key, value in availability.details.items():
                 rows.append(f"  {'':<10} {key}: {value}")

@@ -64,7 +64,7 @@ def create_app(model: Any, *, max_running: int = 8, max_waiting: int = 64, prefi
     state = ServerState(model=model, scheduler=scheduler, metrics=metrics,
                         model_id=model_id or model.display_name, api_key=api_key or None,
                         max_body_bytes=max_body_bytes, device=availability.device,
-                        gpu=bool(gpu) if gpu is not None else model.backend_name not in ("reference", "cpu"))
+                        gpu=bool(gpu) if gpu is not None else model.backend.capabilities.device_kind == "gpu")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

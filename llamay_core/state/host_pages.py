@@ -12,6 +12,16 @@ from llamay_core.backend_api import KvSpec
 from llamay_core.state.kv_codec import VQ8_BLOCK, vq8_decode, vq8_encode
 
 
+def standard_encoding(spec: KvSpec) -> str:
+    """The name of the standard page layout at `spec`'s dtype, for `PageStore.encoding`.
+
+    A page is, per layer in order, K [page_size, n_kv_heads * key_dim] then V [page_size,
+    n_kv_heads * value_dim] in the dtype (vq8: int8 values, then the K and V f16 scales, one
+    per 32 values).
+    """
+    return f"layers-kv/{spec.dtype}"
+
+
 class HostPageStore:
     """Per layer, K and V arrays [max_pages, page_size, width].
 
@@ -22,6 +32,7 @@ class HostPageStore:
         if spec.dtype == "vq8" and (spec.key_dim % VQ8_BLOCK or spec.value_dim % VQ8_BLOCK):
             raise ValueError(f"vq8 needs head sizes divisible by {VQ8_BLOCK}")
         self.spec = spec
+        self.encoding = standard_encoding(spec)
         self._arrays: list[np.ndarray] = []  # per layer: k, v, (k scales, v scales for vq8)
         for _ in range(spec.n_layers):
             for width in (spec.n_kv_heads * spec.key_dim, spec.n_kv_heads * spec.value_dim):

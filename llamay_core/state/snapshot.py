@@ -1,9 +1,11 @@
 """Snapshot files: a context's tokens and KV pages, checked on the way back in.
 
 Layout: magic, format version, header length, JSON header, page bytes, then a SHA-256 over
-everything before it. The header names the model file hash, architecture, KV dtype and page
-size; a snapshot that does not match the model it is restored into is refused, and nothing is
-allocated until every check has passed.
+everything before it. The header names the model file hash, architecture, KV dtype, page size
+and the page encoding (`PageStore.encoding`, the byte layout of the pages) and the backend that
+wrote it. A snapshot restores into any model of the same file whose store takes the same encoding,
+on any backend; otherwise it is refused with the reason, and nothing is allocated until every
+check has passed.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from llamay_core.engine.model import Model
 
 MAGIC = b"LLAMAYKV"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the header records the page encoding
 _PREFIX = struct.Struct("<8sII")
 
 
@@ -34,6 +36,7 @@ def _header_for(model: "Model") -> dict:
         "page_size": spec.page_size,
         "page_bytes": len(model.store.read_page(0)) if spec.max_pages else 0,
         "n_layers": spec.n_layers,
+        "page_encoding": model.store.encoding,
     }
 
 
@@ -41,7 +44,8 @@ def write_snapshot(ctx: "Context", path: str | os.PathLike[str]) -> int:
     model = ctx.model
     header = _header_for(model)
     n_pages = -(-len(ctx.tokens) // model.kv_spec.page_size)
-    header.update({"tokens": ctx.tokens, "n_pages": n_pages, "llamay_version": __version__})
+    header.update({"tokens": ctx.tokens, "n_pages": n_pages, "llamay_version": __version__,
+                   "backend": model.backend_name})
     header_bytes = json.dumps(header, separators=(",", ":")).encode()
     digest = hashlib.sha256()
     tmp = f"{os.fspath(path)}.partial"
@@ -81,10 +85,15 @@ def read_snapshot(model: "Model", path: str | os.PathLike[str]) -> "Context":
         raise SnapshotError(f"{name}: damaged header") from None
     expected = _header_for(model)
     for key, label in (("architecture", "architecture"), ("model_hash", "model"), ("kv_dtype", "KV dtype"),
-                       ("page_size", "page size"), ("n_layers", "layer count"), ("page_bytes", "page layout")):
+                       ("page_size", "page size"), ("n_layers", "layer count")):
         if header.get(key) != expected[key]:
             raise SnapshotError(f"{name}: snapshot is for {label} {header.get(key)!r}, "
                                 f"this model has {expected[key]!r}")
+    if header.get("page_encoding") != expected["page_encoding"] or header.get("page_bytes") != expected["page_bytes"]:
+        raise SnapshotError(f"{name}: snapshot pages were written by backend {header.get('backend')!r} as "
+                            f"{header.get('page_encoding')!r} ({header.get('page_bytes')} bytes a page); backend "
+                            f"{model.backend_name!r} stores pages as {expected['page_encoding']!r} "
+                            f"({expected['page_bytes']} bytes a page) and cannot take them")
     tokens, n_pages, page_bytes = header["tokens"], header["n_pages"], header["page_bytes"]
     payload = body[_PREFIX.size + header_len:]
     if len(payload) != n_pages * page_bytes or n_pages != -(-len(tokens) // model.kv_spec.page_size):

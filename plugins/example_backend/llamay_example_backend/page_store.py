@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from llamay_core.backend_api import KvSpec
+from llamay_core.state.host_pages import standard_encoding
 
 DTYPES = {"f32": np.float32, "f16": np.float16}
 
@@ -15,6 +16,7 @@ class ExamplePageStore:
         if spec.dtype not in DTYPES:
             raise ValueError(f"example backend stores KV as {', '.join(DTYPES)}, not {spec.dtype}")
         self.spec = spec
+        self.encoding = standard_encoding(spec)
         dtype = DTYPES[spec.dtype]
         self.k = [np.zeros((spec.max_pages, spec.page_size, spec.n_kv_heads * spec.key_dim), dtype)
                   for _ in range(spec.n_layers)]

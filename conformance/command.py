@@ -19,6 +19,8 @@ def configure(p: argparse.ArgumentParser) -> None:
          help="op level, model level or both (only both writes a record)")
     flag(p, "full", action="store_true", help="more prompts, tokens and goldens at the model level")
     flag(p, "seed", type=int, default=0, help="seed of the op grid's random inputs")
+    flag(p, "require", default="", metavar="NAMES",
+         help="comma-separated backends that must be checked here: fail if one is skipped (CI)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,6 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from llamay_conformance.runner import Conformance
 
     registry = get_registry()
+    required = [n for n in args.require.split(",") if n]
+    for name in required:
+        registry.backend_info(name)  # an unknown name is a usage error, not a silent pass
     if args.backend == "all":
         names = sorted(registry.backends, key=lambda n: (-registry.backends[n].priority, n))
     else:
@@ -45,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
         print()
     checked = [r for r in reports if not r.skipped]
     failed = [r.backend for r in checked if not r.passed]
+    skipped_required = [f"{r.backend} ({r.skipped})" for r in reports if r.skipped and r.backend in required]
+    skipped_required += [f"{n} (not selected by -backend)" for n in required if n not in names]
+    if skipped_required:
+        print(f"conformance: FAIL: required backends were not checked: {', '.join(skipped_required)}",
+              file=sys.stderr)
     if args.output == "md":
         skipped = [f"{r.backend} ({r.skipped})" for r in reports if r.skipped]
         print(f"conformance: {len(checked) - len(failed)}/{len(checked)} backends pass"
               + (f"; FAIL: {', '.join(failed)}" if failed else "")
               + (f"; skipped: {', '.join(skipped)}" if skipped else ""))
-    return 1 if failed or not checked else 0
+    return 1 if failed or not checked or skipped_required else 0

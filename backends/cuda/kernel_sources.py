@@ -63,8 +63,9 @@ def cuda_include_dirs() -> list[str]:
     except ImportError:
         pass
     seen: list[str] = []
-    for d in dirs:
-        if os.path.isfile(os.path.join(d, "cuda_fp16.h")) and d not in seen:
+    for d in dirs:  # the wheels split the headers: cuda_fp16.h and mma.h in one, crt/ in another
+        has = any(os.path.isfile(os.path.join(d, h)) for h in ("cuda_fp16.h", os.path.join("crt", "mma.h")))
+        if has and d not in seen:
             seen.append(d)
     return seen
 

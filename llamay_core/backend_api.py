@@ -190,6 +190,19 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
+def dequantize(tensor: TensorInfo, rows: np.ndarray | None = None) -> np.ndarray:
+    """A weight as float32 [rows, cols] (all rows, or those numbered `rows`), decoded from its GGML
+    blocks by `gguf.quants.dequantize`, the definition the conformance suite checks against.
+
+    For tests and bring-up: a fast backend decodes blocks in its kernels. Q4_0 is d * (q - 8);
+    Q4_1 is d * q + m (q in 0..15, per block of 32, d and m f16); the K-quants follow ggml's layout.
+    """
+    from gguf.quants import dequantize as decode
+
+    raw = tensor.raw_rows() if rows is None else tensor.raw_rows()[np.asarray(rows)]
+    return decode(raw, tensor.ggml_type).astype(np.float32, copy=False).reshape(raw.shape[0], tensor.shape[-1])
+
+
 REQUIRED_MEMBERS = ("name", "version", "capabilities", "probe", "load_weights", "kv_store", "compile")
 OPTIONAL_MEMBERS = ("compile_seconds", "set_threads", "describe", "bench_lines", "close")
 

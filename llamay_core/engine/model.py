@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -12,9 +13,16 @@ from llamay_core.engine.forward import Forward
 from llamay_core.engine.generate import Generation
 from llamay_core.engine.kv_pages import PagePool, SequenceKV
 from llamay_core.engine.sampling import SamplingParams
+from llamay_core.engine.split import SplitExecutable
 from llamay_core.errors import ContextOverflowError, UsageError
 from llamay_core.files.gguf_file import GGUFFile
 from llamay_core.graph.model_spec import ModelSpec
+
+
+def release_backends(backends: list[Any]) -> None:
+    """Call each backend's close() (the model's, then a split's fallback)."""
+    for backend in backends:
+        backend.close()
 
 
 class Model:
@@ -38,22 +46,24 @@ class Model:
         self.display_name = display_name
         self.prefix_cache: Any = None  # a PrefixCache when loaded with prefix_cache_mib
         self.last_stats: Any = None  # the GenerationStats of the last generate()
-        self.closed = False
+        backends = [backend] + ([executable.fallback_backend] if isinstance(executable, SplitExecutable) else [])
+        # Runs once: on close(), or when the model is garbage-collected. Not at interpreter exit,
+        # where the process ending frees device memory anyway and drivers may already be gone.
+        self._release = weakref.finalize(self, release_backends, backends)
+        self._release.atexit = False
 
     # -- lifetime -----------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return not self._release.alive
+
     def close(self) -> None:
         """Release the backend's device resources (its `close()`); the model is unusable after.
 
-        Calling it again does nothing. `with llamay.load(...) as model:` closes on leaving.
+        Called again, or after garbage collection, it does nothing. `with llamay.load(...) as
+        model:` closes on leaving; a model that is simply dropped is closed when collected.
         """
-        if self.closed:
-            return
-        self.closed = True
-        from llamay_core.engine.split import SplitExecutable
-
-        if isinstance(self.executable, SplitExecutable):
-            self.executable.fallback_backend.close()
-        self.backend.close()
+        self._release()
 
     def __enter__(self) -> "Model":
         return self
@@ -63,8 +73,6 @@ class Model:
 
     def placement(self) -> list[tuple[str, list[str]]]:
         """(backend, op names) per part of the graph: where each op runs, for reports."""
-        from llamay_core.engine.split import SplitExecutable
-
         if isinstance(self.executable, SplitExecutable):
             return self.executable.placement()
         return [(self.backend_name, [n.name for n in self.spec.graph.nodes])]

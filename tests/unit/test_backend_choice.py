@@ -215,3 +215,12 @@ def test_model_close_calls_the_backend_close_once(only, tiny_model_path):
     assert Candidate.closed == 1
     model.close()
     assert Candidate.closed == 1
+
+
+def test_a_dropped_model_is_closed_when_collected(only, tiny_model_path):
+    import gc
+
+    only(Candidate)
+    llamay.load(tiny_model_path, backend="candidate", n_ctx=64)
+    gc.collect()
+    assert Candidate.closed == 1

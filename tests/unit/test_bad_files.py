@@ -70,9 +70,11 @@ def test_cli_exit_code_2_without_traceback(tmp_path, case):
     assert expected in lines[0]
 
 
-def test_index_cache_gives_the_same_file_and_follows_changes(tmp_path):
+def test_index_cache_gives_the_same_file_and_follows_changes(tmp_path, monkeypatch):
     from llamay_core.files.gguf_file import open_gguf
 
+    # A fresh index: other tests open tiny models with the same bytes (the same identity).
+    monkeypatch.setenv("LLAMAY_INDEX_DIR", str(tmp_path / "index"))
     path = write_tiny_llama(tmp_path / "m.gguf")
     first = open_gguf(path)
     cached = open_gguf(path)

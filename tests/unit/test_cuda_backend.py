@@ -120,7 +120,7 @@ def test_buffers_are_never_shared_by_two_live_values(tiny):
     names = [getattr(n, "out", None) for n in graph.nodes]
     live_until = {}
     for i, node in enumerate(graph.nodes):
-        for name in P.node_inputs(node):
+        for name in node.inputs():
             live_until[name] = i
     live_until[graph.output] = len(graph.nodes)
     owner: dict[int, str] = {}

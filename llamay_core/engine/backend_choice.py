@@ -12,18 +12,17 @@ and the next candidate is tried. A backend with a failing record is skipped with
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
+from llamay_core.engine.loader import ModelBuild, check_contract
+from llamay_core.engine.model import Model
+from llamay_core.engine.quick_check import quick_check
 from llamay_core.errors import BackendError, BackendFailure, ModelFileError, one_line
 from llamay_core.plugins_runtime.manager import get_registry
 from llamay_core.plugins_runtime.registry import BackendInfo
 from llamay_core.state.records import ConformanceRecord, find_records, save_record
-
-if TYPE_CHECKING:
-    from llamay_core.engine.loader import ModelBuild
-    from llamay_core.engine.model import Model
 
 log = logging.getLogger("llamay")
 
@@ -60,7 +59,7 @@ def trust_verdict(name: str, backend: Any, model_hash: str) -> Verdict:
     return Verdict("check", "no record for this model: quick check on first use")
 
 
-def verdict_for(info: BackendInfo, backend: Any, build: "ModelBuild") -> Verdict:
+def verdict_for(info: BackendInfo, backend: Any, build: ModelBuild) -> Verdict:
     """The verdict for a created backend: availability, then fit for this model, then trust."""
     availability = backend.probe()
     if not availability.available:
@@ -77,12 +76,8 @@ def record_failure(name: str, backend: Any, model_hash: str, reason: str) -> Non
                                   model_hash=model_hash, passed=False, level="quick", summary=reason))
 
 
-def try_backend(info: BackendInfo, build: "ModelBuild") -> "tuple[Model | None, str]":
+def try_backend(info: BackendInfo, build: ModelBuild) -> tuple[Model | None, str]:
     """(the loaded model, "") or (None, why not); warns about and records backend failures."""
-    from llamay_core.engine.quick_check import quick_check
-
-    from llamay_core.engine.loader import check_contract
-
     try:
         backend = info.create()
     except Exception as exc:  # a missing driver package or a broken plugin: nothing to record against
@@ -127,7 +122,7 @@ def close_quietly(obj: Any) -> None:
         log.debug("close() of a rejected backend raised %s", one_line(exc))
 
 
-def load_on_best_backend(build: "ModelBuild") -> "Model":
+def load_on_best_backend(build: ModelBuild) -> Model:
     """The model on the highest-priority backend that is available, fit and trusted for it."""
     reasons = []
     for info in candidates():

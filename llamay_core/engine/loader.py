@@ -71,6 +71,20 @@ def check_contract(name: str, backend: Any) -> None:
                            "(subclass llamay_core.backend_api.BackendBase for the optional ones)")
 
 
+def reference_name() -> str:
+    """The registered backend that declares itself the reference (`Capabilities.is_reference`).
+
+    Lowest priority first: the reference is meant to lose every tie, so it comes early.
+    """
+    for info in sorted(get_registry().backends.values(), key=lambda b: (b.priority, b.name)):
+        try:
+            if info.create().capabilities.is_reference:
+                return info.name
+        except Exception:  # a backend that cannot even be created is not the reference
+            continue
+    raise BackendError("no reference backend is installed (one declaring Capabilities.is_reference)")
+
+
 def create_backend(name: str) -> Any:
     """The named backend, created and probed; unavailable or broken ones raise a one-line error."""
     info = get_registry().backend_info(name)

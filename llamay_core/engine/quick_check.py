@@ -18,6 +18,7 @@ import numpy as np
 
 from llamay_core.engine.forward import SequenceChunk
 from llamay_core.engine.kv_pages import SequenceKV
+from llamay_core.engine.loader import load_model, reference_name
 from llamay_core.engine.logit_compare import TIE_MARGIN, LogitComparison, compare_logits
 from llamay_core.state.records import ConformanceRecord, save_record
 
@@ -147,12 +148,10 @@ def describe_problem(comparison: LogitComparison, lengths: Sequence[int]) -> str
 
 def compare_with_reference(model: Any) -> QuickResult:
     """Run the quick plan on `model` and on reference; compare every position's logits."""
-    from llamay_core.engine.loader import load_model
-
     plan = QuickPlan.for_model(model)
     got, covers = run_passes(model, plan)
     spec = model.kv_spec
-    ref = load_model(model.gguf.path, backend="reference", n_ctx=len(plan.long), kv_dtype=spec.dtype,
+    ref = load_model(model.gguf.path, backend=reference_name(), n_ctx=len(plan.long), kv_dtype=spec.dtype,
                      page_size=spec.page_size, n_seq=2)
     try:
         parts = [compare_logits(ref.logits(ids), logits) for ids, logits in zip((plan.long, plan.short), got)]

@@ -127,7 +127,7 @@ def check_case(case: OpCase, name: str, backend: Any, reference: ReferenceOutput
         worst = max(worst, nmse(g, w))
     solo = case.param("solo")
     if solo is not None:
-        apart = nmse(got[1][0], got[0][solo])
+        apart = nmse(got[0][solo], got[1][0])
         if apart > limit:
             return CaseResult(**base, passed=False, nmse=worst, placement=placement,
                               message=f"row {solo} alone differs from the same row among {len(got[0]) - 1} others: "

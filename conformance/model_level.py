@@ -133,8 +133,10 @@ def greedy_steps(model: Any, prompt_ids: list[int], n: int) -> list[tuple[int, n
 def kld_metrics(cmp: LogitComparison, tie_margin: float = TIE_MARGIN) -> dict[str, float]:
     # a non-finite row has infinite KLD; interpolating a quantile between infinities gives NaN
     p99 = cmp.kld_quantile(0.99) if np.isfinite(cmp.kld).all() else float("inf")
+    flipped = cmp.ref_margin[~cmp.same_top1]
     return {"positions": float(cmp.n), "mean_kld": cmp.mean_kld(), "p99_kld": p99,
-            "same_top1": cmp.same_top1_rate(), "decisive_flips": float(len(cmp.decisive_flips(tie_margin)))}
+            "same_top1": cmp.same_top1_rate(), "decisive_flips": float(len(cmp.decisive_flips(tie_margin))),
+            "widest_flip_margin": float(flipped.max()) if flipped.size else 0.0}
 
 
 def check_kld(model: Any, ref: ReferenceModel, effort: Effort) -> ModelCheck:

@@ -203,8 +203,8 @@ def _embed(case: OpCase, rng: np.random.Generator) -> BuiltCase:
 
 
 def _page_tables(rng: np.random.Generator, passes: list[list[int]], fork: tuple, order: str) -> list[np.ndarray]:
-    """Per sequence, its page ids: shuffled or reversed, never 0..n in order; a forked sequence
-    starts with its parent's first pages (shared, as after `Context.fork`)."""
+    """Per sequence, its page ids: a shuffled subset of the pool, or the same in reverse order; a
+    forked sequence starts with its parent's first pages (shared, as after `Context.fork`)."""
     n_seqs = len(passes[0])
     starts = [0] * n_seqs
     for child, _, at in fork:

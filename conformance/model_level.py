@@ -63,7 +63,10 @@ class Effort:
 
 
 def batched_logits(model: Any, sequences: list[list[int]], ubatches: tuple[int, ...]) -> list[np.ndarray]:
-    """Logits at every position of every sequence, the sequences fed together pass by pass."""
+    """Logits at every position of every sequence, the sequences fed together pass by pass.
+
+    A pass never holds more tokens than the model's ubatch (the backend's max_tokens_per_pass):
+    sequences that do not fit wait for the next pass."""
     from llamay_core.engine.forward import SequenceChunk
     from llamay_core.engine.kv_pages import SequenceKV
 
@@ -71,12 +74,14 @@ def batched_logits(model: Any, sequences: list[list[int]], ubatches: tuple[int, 
     done = [0] * len(sequences)
     out: list[list[np.ndarray]] = [[] for _ in sequences]
     try:
-        while True:
-            active = [i for i, ids in enumerate(sequences) if done[i] < len(ids)]
-            if not active:
-                break
-            chunks = [SequenceChunk(kvs[i], sequences[i][done[i]:done[i] + ubatches[i]], all_logits=True)
-                      for i in active]
+        while any(d < len(ids) for d, ids in zip(done, sequences)):
+            active, chunks, budget = [], [], model.forward.ubatch
+            for i, ids in enumerate(sequences):
+                n = min(ubatches[i], len(ids) - done[i], budget)
+                if n > 0:
+                    active.append(i)
+                    chunks.append(SequenceChunk(kvs[i], ids[done[i]:done[i] + n], all_logits=True))
+                    budget -= n
             for i, chunk, logits in zip(active, chunks, model.forward.run_many(chunks)):
                 out[i].append(np.array(logits, np.float32, copy=True))
                 done[i] += len(chunk.tokens)

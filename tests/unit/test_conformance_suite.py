@@ -170,3 +170,25 @@ def test_a_failing_case_prints_its_rerun_command(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 1
     assert f"`{case.id}`" in out and "llamay conformance -backend example -case ID" in out
+
+
+def test_batched_sequences_give_the_logits_of_each_alone(tiny_path):
+    from llamay_conformance.long_text import SequencePlan
+    from llamay_conformance.model_level import batched_logits
+    from llamay_core.engine.loader import load_model
+
+    model = load_model(tiny_path, backend="reference", n_ctx=128, n_seq=3, ubatch=20)  # 20 < 7 + 13 + 16
+    plan = SequencePlan(lengths=(33, 48, 70), ubatches=(7, 13, 16))
+    sequences = plan.sequences(model)
+    assert [len(s) for s in sequences] == [33, 48, 70] and sequences[0] != sequences[1]
+    for ids, got in zip(sequences, batched_logits(model, sequences, plan.ubatches)):
+        np.testing.assert_allclose(got, model.logits(ids), rtol=1e-4, atol=1e-4)
+    assert model.pool.pages_in_use == 0
+
+
+def test_the_packaged_text_stands_in_for_a_missing_gpl(monkeypatch, tmp_path):
+    from llamay_conformance import long_text
+
+    monkeypatch.setattr(long_text, "SYSTEM_TEXT", tmp_path / "absent")
+    text = long_text.long_text()
+    assert text.startswith(long_text.FALLBACK_TEXT.read_text()[:200]) and len(text.split()) > 1500

@@ -1,12 +1,13 @@
 """The example backend with one change each: one that a correct backend may make, and realistic bugs.
 
-- `Int8Backend` (correct): activations quantized to int8 per row (scale max|x|/127) before each
-  matmul with a quantized weight, as llama.cpp's CPU backend does with its q8 activations.
+- `Int8Backend` (correct): each row of activations quantized to int8 in blocks of 32 (scale
+  max|x|/127 per block) before each matmul with a quantized weight, as llama.cpp's CPU backend
+  (q8_0) and llamay's cpu backend (`matvec_q8`) do.
 - `SkipFullPageBackend`: attention reads `kv_len % page_size` slots of the last page, so a full
   last page is dropped (16 keys at 32, 48, ...; no keys at all at 16, which raises).
 - `NeoxAsNormalBackend`: rope pairs (2i, 2i+1) whatever the mode, so NEOX models are wrong.
-- `BatchScaleBackend`: int8 activations with one scale for the whole batch, so a row's result
-  depends on the largest row it is batched with.
+- `BatchScaleBackend`: the same int8 blocks, but each block's scale taken over the whole batch
+  (the max over the wrong axis), so a row's result depends on the largest row it is batched with.
 - `RaisesBackend`: attention keeps scores in a scratch buffer of 64 keys and raises past 4 pages.
 """
 from __future__ import annotations
@@ -23,6 +24,7 @@ from llamay_example_backend.backend import ExampleBackend, ExampleExecutable
 from llamay_example_backend.page_store import ExamplePageStore
 
 FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
+Q8_BLOCK = 32
 SCRATCH_KEYS = 64
 
 
@@ -32,12 +34,14 @@ class QuantizedNames(dict):
     quantized: frozenset[str] = frozenset()
 
 
-def int8_rows(x: np.ndarray, per_batch: bool) -> np.ndarray:
-    """x through symmetric int8 and back: one scale per row, or one for the whole batch."""
-    amax = np.abs(x).max() if per_batch else np.abs(x).max(axis=1, keepdims=True)
-    d = np.asarray(amax / np.float32(127), np.float32)
+def int8_blocks(x: np.ndarray, per_batch: bool) -> np.ndarray:
+    """x [rows, n] through symmetric int8 and back, one scale per 32 columns: of each row, or
+    (the bug) of the whole batch. n is a multiple of 32, as every quantized weight's row is."""
+    blocks = x.reshape(x.shape[0], -1, Q8_BLOCK)
+    amax = np.abs(blocks).max(axis=(0, 2) if per_batch else 2, keepdims=True)
+    d = (amax / np.float32(127)).astype(np.float32)
     inv = np.divide(np.float32(1), d, out=np.zeros_like(d), where=d > 0)
-    return (np.clip(np.rint(x * inv), -127, 127) * d).astype(np.float32)
+    return (np.clip(np.rint(blocks * inv), -127, 127) * d).astype(np.float32).reshape(x.shape)
 
 
 class _Variant(ExampleBackend):
@@ -63,7 +67,7 @@ class _Int8Executable(ExampleExecutable):
             bias = w[node.bias] if node.bias else None
 
             def matmul(v: dict[str, np.ndarray], b: Batch) -> None:
-                y = int8_rows(v[node.x], self.per_batch) @ weight_t
+                y = int8_blocks(v[node.x], self.per_batch) @ weight_t
                 v[node.out] = y + bias if bias is not None else y
             return matmul
         return super()._step(node, w)

@@ -7,6 +7,15 @@ Every table holds the real rows followed by as many NaN rows: a "poison" pass th
 NaN rows runs first, so any output element the backend leaves unwritten on the real pass still
 holds NaN from its previous use of that buffer and fails.
 
+Attention cases (which also cover kv_write) run for every KV dtype the backend stores; their
+"type" is the KV dtype (``kv-f32``, ``kv-f16``, ``kv-vq8``). They reach every page-table edge:
+a context of exactly k pages, a pass crossing a page boundary, a last page of one slot, 10+
+pages, page tables out of order, pages shared by two sequences after a fork, and several
+sequences of different lengths in one pass; hypothesis draws more layouts (`shapes.py`).
+
+"solo" cases run a batch of 16 rows of very different sizes, then one of those rows alone: a
+row's result must not depend on the rest of the batch beyond the op's limit.
+
 A case id, ``op/type/shape/sSEED``, is enough to rebuild the case exactly (`find_case`).
 """
 from __future__ import annotations
@@ -17,12 +26,16 @@ import attrs
 import numpy as np
 
 from llamay_core.backend_api import Batch, KvSpec
+from llamay_core.errors import UsageError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
+from llamay_conformance.shapes import drawn_layouts
 from llamay_conformance.weights import GRID_TYPES, F16_FIELDS, block_size, f32_tensor, random_tensor
 
 PAGE_SIZE = 16
+KV_TYPES = ("f32", "f16", "vq8")  # as llamay_core.backend_api.KV_DTYPES; a case's type is "kv-" + dtype
+SOLO_ROWS = 16
 
 
 @attrs.frozen
@@ -41,6 +54,11 @@ class OpCase:
 
     def param(self, key: str, default: Any = None) -> Any:
         return dict(self.params).get(key, default)
+
+    @property
+    def kv_dtype(self) -> str:
+        """The KV dtype an attention case stores its pages in (f32 for every other op)."""
+        return self.type_name[3:] if self.type_name.startswith("kv-") else "f32"
 
 
 @attrs.define
@@ -65,8 +83,15 @@ class BuiltCase:
     passes: list[Pass]
 
 
-def _table(name: str, rng: np.random.Generator, n: int, width: int, scale: float = 1.0) -> TensorInfo:
+def _table(name: str, rng: np.random.Generator, n: int, width: int, scale: float = 1.0,
+           small_row: int | None = None) -> TensorInfo:
+    """n real rows, then n NaN rows. With `small_row`, row sizes vary over three decades (as
+    activations do, the first token's being huge) and that row is the smallest of all."""
     real = rng.standard_normal((n, width)) * scale
+    if small_row is not None:
+        sizes = 10.0 ** rng.uniform(-1, 2, n)
+        sizes[small_row] = 10.0 ** -2
+        real *= sizes[:, None]
     return f32_tensor(name, np.concatenate([real, np.full((n, width), np.nan)]))
 
 
@@ -83,19 +108,26 @@ def _tiny_kv() -> KvSpec:
 
 def _one_op(rng: np.random.Generator, rows: int, widths: dict[str, int], make: Callable[..., Any],
             scale: float = 1.0, extra: dict[str, TensorInfo] | None = None, positions: Iterable[int] | None = None,
-            logit_rows: Iterable[int] | None = None) -> BuiltCase:
-    """embed each named input from its own table, apply `make(**values)`, select rows."""
+            logit_rows: Iterable[int] | None = None, solo: int | None = None) -> BuiltCase:
+    """embed each named input from its own table, apply `make(**values)`, select rows.
+
+    `solo`: a second pass runs row `solo` alone (the batch-composition check)."""
     nodes: list[Any] = []
     tensors: dict[str, TensorInfo] = dict(extra or {})
     values = {}
     for arg, width in widths.items():
-        tensors[f"in.{arg}"] = _table(f"in.{arg}", rng, rows, width, scale)
+        tensors[f"in.{arg}"] = _table(f"in.{arg}", rng, rows, width, scale, small_row=solo)
         nodes.append(G.Embed(f"v.{arg}", f"in.{arg}"))
         values[arg] = f"v.{arg}"
     nodes.append(make(**values))
     nodes.append(G.SelectRows("result", nodes[-1].out))
     graph = Graph(nodes=tuple(nodes), output="result", n_vocab=max(widths.values()))
-    return BuiltCase(graph, tensors, _tiny_kv(), [Pass(_plain_batch(rows, positions, logit_rows), rows)])
+    passes = [Pass(_plain_batch(rows, positions, logit_rows), rows)]
+    if solo is not None:
+        alone = _plain_batch(1)
+        alone.tokens = np.asarray([solo], np.int32)
+        passes.append(Pass(alone, rows))
+    return BuiltCase(graph, tensors, _tiny_kv(), passes)
 
 
 def build(case: OpCase) -> BuiltCase:
@@ -117,7 +149,8 @@ def build(case: OpCase) -> BuiltCase:
         extra = {} if p("no_weight") else {"norm.w": f32_tensor("norm.w", 1 + 0.2 * rng.standard_normal(p("group") or w))}
         weight = None if p("no_weight") else "norm.w"
         return _one_op(rng, p("t"), {"x": w}, lambda x: G.RmsNorm("out", x, weight, 1e-6, p("group") or 0,
-                                                                   p("offset") or 0.0), scale=2.0, extra=extra)
+                                                                   p("offset") or 0.0), scale=2.0, extra=extra,
+                       solo=p("solo"))
     if case.op == "rope":
         t, heads, dim = p("t"), p("heads"), p("dim")
         start = p("pos")
@@ -142,7 +175,7 @@ def _matmul(case: OpCase, rng: np.random.Generator) -> BuiltCase:
     if case.param("bias"):
         extra["b"] = f32_tensor("b", rng.standard_normal(n_out))
         bias = "b"
-    return _one_op(rng, t, {"x": n_in}, lambda x: G.MatMul("out", x, "w", bias), extra=extra)
+    return _one_op(rng, t, {"x": n_in}, lambda x: G.MatMul("out", x, "w", bias), extra=extra, solo=case.param("solo"))
 
 
 def _embed(case: OpCase, rng: np.random.Generator) -> BuiltCase:
@@ -169,22 +202,43 @@ def _embed(case: OpCase, rng: np.random.Generator) -> BuiltCase:
     return BuiltCase(graph, {"table": table}, _tiny_kv(), [Pass(batch, t)])
 
 
+def _page_tables(rng: np.random.Generator, passes: list[list[int]], fork: tuple, order: str) -> list[np.ndarray]:
+    """Per sequence, its page ids: a shuffled subset of the pool, or the same in reverse order; a
+    forked sequence starts with its parent's first pages (shared, as after `Context.fork`)."""
+    n_seqs = len(passes[0])
+    starts = [0] * n_seqs
+    for child, _, at in fork:
+        starts[child] = at
+    lengths = [starts[s] + sum(p[s] for p in passes) for s in range(n_seqs)]
+    shared = {child: (parent, at // PAGE_SIZE) for child, parent, at in fork}
+    own = [-(-lengths[s] // PAGE_SIZE) - shared.get(s, (0, 0))[1] for s in range(n_seqs)]
+    ids = rng.permutation(sum(own) + 3)[:sum(own)]
+    if order == "reversed":
+        ids = np.sort(ids)[::-1]
+    tables, at_id = [], 0
+    for s in range(n_seqs):
+        tables.append(ids[at_id:at_id + own[s]].astype(np.int32))
+        at_id += own[s]
+    for child, (parent, n_shared) in shared.items():
+        tables[child] = np.concatenate([tables[parent][:n_shared], tables[child]]).astype(np.int32)
+    return tables
+
+
 def _attention(case: OpCase, rng: np.random.Generator) -> BuiltCase:
-    """Prefill passes then a decode pass over paged K/V; pages are shuffled to test page tables."""
+    """Passes of one or more sequences over paged K/V, in the case's KV dtype.
+
+    `passes`: per pass, tokens of each sequence (0: the sequence sits that pass out); `fork`:
+    (child, parent, at) — the child starts at `at` tokens on its parent's first pages.
+    """
     p = case.param
     heads, kv_heads, dk, dv = p("heads"), p("kv_heads"), p("dk"), p("dv")
-    passes_spec: list[list[int]] = p("passes")  # per pass, tokens of each sequence
+    passes_spec = [list(x) for x in p("passes")]
+    fork = p("fork") or ()
     n_seqs = len(passes_spec[0])
+    tables = _page_tables(rng, passes_spec, fork, p("order") or "shuffled")
     total = sum(sum(x) for x in passes_spec)
-    seq_len = [sum(pass_[s] for pass_ in passes_spec) for s in range(n_seqs)]
-    pages_per_seq = [-(-n // PAGE_SIZE) for n in seq_len]
-    page_ids = rng.permutation(sum(pages_per_seq) + 3)[:sum(pages_per_seq)]
-    tables, at = [], 0
-    for n in pages_per_seq:
-        tables.append(page_ids[at:at + n].astype(np.int32))
-        at += n
     spec = KvSpec(n_layers=1, n_kv_heads=kv_heads, key_dim=dk, value_dim=dv, page_size=PAGE_SIZE,
-                  max_pages=len(page_ids) + 3)
+                  max_pages=int(max(int(t.max()) for t in tables)) + 4, dtype=case.kv_dtype)
     qscale = p("qscale") or 1.0
     tensors = {"in.q": _table("in.q", rng, total, heads * dk, qscale), "in.k": _table("in.k", rng, total, kv_heads * dk),
                "in.v": _table("in.v", rng, total, kv_heads * dv)}
@@ -193,18 +247,24 @@ def _attention(case: OpCase, rng: np.random.Generator) -> BuiltCase:
                          p("window") or 0),
              G.SelectRows("result", "attn"))
     graph = Graph(nodes=nodes, output="result", n_vocab=heads * dv)
-    passes, row, done = [], 0, [0] * n_seqs
+    done = [0] * n_seqs
+    for child, _, at in fork:
+        done[child] = at
+    passes, row = [], 0
     for pass_ in passes_spec:
+        in_pass = [s for s, n in enumerate(pass_) if n]
         tokens, positions, seq_index = [], [], []
-        for s, n in enumerate(pass_):
+        for local, s in enumerate(in_pass):
+            n = pass_[s]
             tokens += range(row, row + n)
             positions += range(done[s], done[s] + n)
-            seq_index += [s] * n
+            seq_index += [local] * n
             row += n
             done[s] += n
         batch = Batch(tokens=np.asarray(tokens, np.int32), positions=np.asarray(positions, np.int32),
-                      seq_index=np.asarray(seq_index, np.int32), page_tables=tables,
-                      kv_lens=np.asarray(done, np.int32), logit_rows=np.arange(len(tokens), dtype=np.int32))
+                      seq_index=np.asarray(seq_index, np.int32), page_tables=[tables[s] for s in in_pass],
+                      kv_lens=np.asarray([done[s] for s in in_pass], np.int32),
+                      logit_rows=np.arange(len(tokens), dtype=np.int32))
         passes.append(Pass(batch, total))
     return BuiltCase(graph, tensors, spec, passes)
 
@@ -213,9 +273,48 @@ def _attention(case: OpCase, rng: np.random.Generator) -> BuiltCase:
 ELEMENTWISE_SHAPES = (("t1xw64", {"t": 1, "w": 64}), ("t7xw129", {"t": 7, "w": 129}), ("t33xw256", {"t": 33, "w": 256}))
 
 
-def grid(type_names: Iterable[str], seed: int = 0) -> list[OpCase]:
-    """Every case for a backend that reads `type_names` (intersected with GRID_TYPES)."""
+# Page-table edges, run for every KV dtype: (label, passes, extra params).
+PAGE_EDGES: tuple[tuple[str, tuple, dict], ...] = (
+    ("one-full-page-p16", ((16,),), {}),
+    ("full-pages-p32+t16", ((32,), (16,)), {}),
+    ("decode-to-full-page-p31+t1", ((31,), (1,)), {}),
+    ("cross-page-in-pass-p10+t12", ((10,), (12,)), {}),
+    ("last-page-1-slot-p17", ((17,),), {}),
+    ("last-page-1-slot-p32+t1", ((32,), (1,)), {}),
+    ("11-pages-p170+t1", ((170,), (1,)), {}),
+    ("reversed-pages-p40+t9", ((40,), (9,)), {"order": "reversed"}),
+    ("fork-at-p32+t5,7", ((32, 0), (5, 7)), {"fork": ((1, 0, 32),)}),
+    ("fork-at-p16-of-20+t1,3", ((20, 0), (1, 3)), {"fork": ((1, 0, 16),)}),
+    ("3seq-p5,16,33+t1,1,1", ((5, 16, 33), (1, 1, 1)), {}),
+    ("3seq-p7,13,16+t7,13,16", ((7, 13, 16), (7, 13, 16)), {}),
+)
+
+
+def _layout_label(layout: dict) -> str:
+    passes = "+".join(",".join(map(str, p)) for p in layout["passes"])
+    fork = "".join(f"-fork{c}of{par}at{at}" for c, par, at in layout["fork"])
+    heads = layout["kv_heads"] * layout["group"]
+    return f"drawn-h{heads}kv{layout['kv_heads']}-{passes}{fork}-{layout['order']}"
+
+
+def _attention_cases(kv_types: list[str], seed: int) -> list[tuple[str, str, str, dict]]:
+    out = []
+    for kv in kv_types:
+        for label, passes, extra in PAGE_EDGES:
+            out.append(("attention", f"kv-{kv}", label,
+                        {"heads": 4, "kv_heads": 2, "dk": 64, "dv": 64, "passes": passes, **extra}))
+    for layout in drawn_layouts(seed, PAGE_SIZE):
+        out.append(("attention", f"kv-{kv_types[0]}", _layout_label(layout),
+                    {"heads": layout["kv_heads"] * layout["group"], "kv_heads": layout["kv_heads"], "dk": 32,
+                     "dv": 32, "passes": layout["passes"], "fork": layout["fork"], "order": layout["order"]}))
+    return out
+
+
+def grid(type_names: Iterable[str], seed: int = 0, kv_dtypes: Iterable[str] = ("f32",)) -> list[OpCase]:
+    """Every case for a backend that reads `type_names` (intersected with GRID_TYPES) and stores
+    KV as `kv_dtypes`; the hypothesis-drawn page layouts depend on `seed`."""
     types = [t for t in GRID_TYPES if t in set(type_names)]
+    kv_types = [k for k in KV_TYPES if k in set(kv_dtypes)] or ["f32"]
     shaped: list[tuple[str, str, str, dict]] = []
     for op in ("add", "mul", "scale", "silu_mul", "gelu_mul", "softcap"):
         shaped += [(op, "-", label, prm) for label, prm in ELEMENTWISE_SHAPES]
@@ -226,6 +325,7 @@ def grid(type_names: Iterable[str], seed: int = 0) -> list[OpCase]:
         ("rms_norm", "-", "t3xw256-group64", {"t": 3, "w": 256, "group": 64}),
         ("rms_norm", "-", "t3xw128-offset1", {"t": 3, "w": 128, "offset": 1.0}),
         ("rms_norm", "-", "t2xw64-noweight", {"t": 2, "w": 64, "no_weight": True}),
+        ("rms_norm", "-", f"solo-row5-of-t{SOLO_ROWS}xw256", {"t": SOLO_ROWS, "w": 256, "solo": 5}),
         ("rope", "-", "normal-h3x64-p0", {"t": 7, "heads": 3, "dim": 64, "mode": "normal", "base": 10000.0, "pos": 0}),
         ("rope", "-", "neox-h3x64-p0", {"t": 7, "heads": 3, "dim": 64, "mode": "neox", "base": 10000.0, "pos": 0}),
         ("rope", "-", "normal-h2x64-p4090", {"t": 5, "heads": 2, "dim": 64, "mode": "normal", "base": 10000.0, "pos": 4090}),
@@ -235,16 +335,19 @@ def grid(type_names: Iterable[str], seed: int = 0) -> list[OpCase]:
                                                    "fs": 0.25, "pos": 100}),
         ("select_rows", "-", "t7-rows0,3,6", {"t": 7, "w": 64, "rows": (0, 3, 6)}),
         ("select_rows", "-", "t7-row6", {"t": 7, "w": 64, "rows": (6,)}),
-        ("attention", "-", "h4kv4-t1", {"heads": 4, "kv_heads": 4, "dk": 64, "dv": 64, "passes": ((1,),)}),
-        ("attention", "-", "h9kv3-t7", {"heads": 9, "kv_heads": 3, "dk": 64, "dv": 64, "passes": ((7,),)}),
-        ("attention", "-", "h8kv1-p40+t3", {"heads": 8, "kv_heads": 1, "dk": 64, "dv": 64, "passes": ((40,), (3,))}),
-        ("attention", "-", "h4kv2-p20+t1-softcap", {"heads": 4, "kv_heads": 2, "dk": 32, "dv": 32, "qscale": 4.0,
-                                                    "softcap": 10.0, "passes": ((20,), (1,))}),
-        ("attention", "-", "h4kv2-p20+t2-window8", {"heads": 4, "kv_heads": 2, "dk": 32, "dv": 32, "window": 8,
-                                                    "passes": ((20,), (2,))}),
-        ("attention", "-", "h4kv2-2seq-p5,17+t1,1", {"heads": 4, "kv_heads": 2, "dk": 64, "dv": 32,
-                                                     "passes": ((5, 17), (1, 1))}),
     ]
+    base_attention = [
+        ("h4kv4-t1", {"heads": 4, "kv_heads": 4, "dk": 64, "dv": 64, "passes": ((1,),)}),
+        ("h9kv3-t7", {"heads": 9, "kv_heads": 3, "dk": 64, "dv": 64, "passes": ((7,),)}),
+        ("h8kv1-p40+t3", {"heads": 8, "kv_heads": 1, "dk": 64, "dv": 64, "passes": ((40,), (3,))}),
+        ("h4kv2-p20+t1-softcap", {"heads": 4, "kv_heads": 2, "dk": 32, "dv": 32, "qscale": 4.0,
+                                  "softcap": 10.0, "passes": ((20,), (1,))}),
+        ("h4kv2-p20+t2-window8", {"heads": 4, "kv_heads": 2, "dk": 32, "dv": 32, "window": 8,
+                                  "passes": ((20,), (2,))}),
+        ("h4kv2-2seq-p5,17+t1,1", {"heads": 4, "kv_heads": 2, "dk": 64, "dv": 32, "passes": ((5, 17), (1, 1))}),
+    ]
+    shaped += [("attention", f"kv-{kv_types[0]}", label, prm) for label, prm in base_attention]
+    shaped += _attention_cases(kv_types, seed)
     for t in types:
         small = 3 * block_size(t) if block_size(t) > 1 else 96
         small = max(small, 256) if block_size(t) == 256 else small
@@ -254,20 +357,24 @@ def grid(type_names: Iterable[str], seed: int = 0) -> list[OpCase]:
             ("matmul", t, f"t1x{small}x32", {"t": 1, "in": small, "out": 32}),
             ("matmul", t, f"t7x{small}x67", {"t": 7, "in": small, "out": 67}),
             ("matmul", t, "t33x512x64", {"t": 33, "in": 512, "out": 64}),
+            ("matmul", t, f"solo-row5-of-t{SOLO_ROWS}x256x32", {"t": SOLO_ROWS, "in": 256, "out": 32, "solo": 5}),
         ]
         if t == "F32":
             shaped.append(("matmul", t, "t7x64x48-bias", {"t": 7, "in": 64, "out": 48, "bias": True}))
     return [OpCase(op, t, label, tuple(sorted(prm.items())), seed) for op, t, label, prm in shaped]
 
 
-def find_case(case_id: str, type_names: Iterable[str]) -> OpCase:
-    """The case named `case_id` (op/type/shape/sSEED); the seed may differ from the grid's."""
+def find_case(case_id: str, type_names: Iterable[str], kv_dtypes: Iterable[str] = ("f32",)) -> OpCase:
+    """The case named `case_id` (op/type/shape/sSEED); the seed may differ from the grid's.
+
+    An id that names no case of this backend is a UsageError (one line, exit 2)."""
     base, _, seed_part = case_id.rpartition("/s")
     try:
         seed = int(seed_part)
     except ValueError:
         base, seed = case_id, 0
-    for case in grid(type_names, seed):
+    for case in grid(type_names, seed, kv_dtypes):
         if case.id == f"{base}/s{seed}":
             return case
-    raise KeyError(case_id)
+    raise UsageError(f"unknown case id {case_id!r} for this backend (ids are op/type/shape/sSEED, "
+                     "as a failing run prints them)")

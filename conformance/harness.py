@@ -5,9 +5,13 @@ when the backend lacks an op, so the split is covered too), fill every KV page w
 value, run the poison pass (NaN inputs), poison the pages again, run the real passes, and compare
 each output with reference's: same shape, all finite, NMSE under the op's limit.
 
-"Poisoned" for this contract means: every KV page the harness owns holds POISON_KV before the
-real pass, and every buffer the backend reuses between calls last held NaN. An element the
-backend does not write therefore shows up as NaN or as a huge error, never as a lucky match.
+"Poisoned" for this contract means: every KV page the harness owns holds a huge finite value
+before the real pass (whatever the KV dtype), and every buffer the backend reuses between calls
+last held NaN. An element the backend does not write therefore shows up as NaN or as a huge
+error, never as a lucky match.
+
+A "solo" case also compares the backend with itself: the row run alone against the same row
+in the full batch, under the op's limit.
 """
 from __future__ import annotations
 
@@ -24,6 +28,9 @@ from llamay_conformance.limits import limit_for
 # A finite poison for KV pages: reading an unwritten slot gives a huge score or value (a clear
 # failure), while a masked slot multiplied by a zero probability still contributes 0.
 POISON_KV = np.float32(-1e30)
+# For f16 and vq8 pages the byte pair ff fb: the f16 -65504 in every 2-byte field (f16 values,
+# vq8 scales), and int8 quants -1 and -5, so every stale vq8 value decodes to 65504 or 327520.
+POISON_HALF = b"\xff\xfb"
 
 
 @attrs.frozen
@@ -50,11 +57,12 @@ def nmse(got: np.ndarray, want: np.ndarray) -> float:
 
 
 def poison_pages(store: Any) -> None:
-    """Fill every page of an f32 store with POISON_KV (other dtypes: left as allocated)."""
-    if store.spec.dtype != "f32":
-        return
+    """Fill every page of the store with a huge finite value in its dtype's encoding."""
     size = len(store.read_page(0))
-    data = np.full(size // 4, POISON_KV, np.float32).tobytes()
+    if store.spec.dtype == "f32":
+        data = np.full(size // 4, POISON_KV, np.float32).tobytes()
+    else:
+        data = (POISON_HALF * (size // 2 + 1))[:size]
     for page in range(store.spec.max_pages):
         store.write_page(page, data)
 
@@ -117,6 +125,13 @@ def check_case(case: OpCase, name: str, backend: Any, reference: ReferenceOutput
             return CaseResult(**base, passed=False, nmse=None, placement=placement,
                               message=f"{int(bad.sum())} NaN/Inf values in rows {rows[:8]}{where}")
         worst = max(worst, nmse(g, w))
+    solo = case.param("solo")
+    if solo is not None:
+        apart = nmse(got[0][solo], got[1][0])
+        if apart > limit:
+            return CaseResult(**base, passed=False, nmse=worst, placement=placement,
+                              message=f"row {solo} alone differs from the same row among {len(got[0]) - 1} others: "
+                                      f"NMSE {apart:.3g} > limit {limit:.0e}")
     passed = worst <= limit
     return CaseResult(**base, passed=passed, nmse=worst, placement=placement,
                       message="" if passed else f"NMSE {worst:.3g} > limit {limit:.0e}")

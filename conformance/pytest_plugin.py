@@ -49,9 +49,12 @@ def pytest_generate_tests(metafunc: Any) -> None:
         from llamay_core.engine.loader import create_backend
 
         types: set[str] = set()
+        kv_dtypes: set[str] = set()
         for name in backends:
-            types |= set(create_backend(name).capabilities.weight_types)
-        cases = grid(types)
+            caps = create_backend(name).capabilities
+            types |= set(caps.weight_types)
+            kv_dtypes |= set(caps.kv_dtypes)
+        cases = grid(types, kv_dtypes=kv_dtypes)
         metafunc.parametrize("llamay_case", cases, ids=[c.id for c in cases])
 
 
@@ -64,17 +67,21 @@ def llamay_conformance_suite(request: Any) -> Any:
 
 @pytest.fixture()
 def llamay_case_result(llamay_conformance_suite: Any, llamay_backend_name: str, llamay_case: Any) -> Any:
-    """The result of one op case on the backend (skipped when the backend lacks the weight type)."""
+    """The result of one op case on the backend (skipped when it lacks the weight type or KV dtype)."""
     from llamay_conformance.harness import check_case
 
     suite = llamay_conformance_suite
     backend = suite.create(llamay_backend_name)
-    if llamay_case.type_name != "-" and llamay_case.type_name not in backend.capabilities.weight_types:
+    caps = backend.capabilities
+    if llamay_case.type_name.startswith("kv-"):
+        if llamay_case.kv_dtype not in caps.kv_dtypes:
+            pytest.skip(f"{llamay_backend_name} does not store KV as {llamay_case.kv_dtype}")
+    elif llamay_case.type_name != "-" and llamay_case.type_name not in caps.weight_types:
         pytest.skip(f"{llamay_backend_name} does not read {llamay_case.type_name}")
     return check_case(llamay_case, llamay_backend_name, backend, suite.reference, suite.create)
 
 
 @pytest.fixture()
 def llamay_model_report(llamay_conformance_suite: Any, llamay_backend_name: str) -> Any:
-    """The model-level checks of the backend (greedy, teacher forcing, fork/restore)."""
+    """The model-level checks of the backend (KL divergence over a long batched text, greedy, fork/restore)."""
     return llamay_conformance_suite.check(llamay_backend_name, ops=False, model=True, record=False)

@@ -40,6 +40,9 @@ class Conformance:
 
         get_registry().backend_info(name)  # unknown name: a one-line BackendError
         report = BackendReport(backend=name)
+        if name == "reference":  # what every other backend is compared with: never a pass of its own
+            report.is_reference = True
+            return report
         try:
             backend = self.create(name)
         except Exception as exc:
@@ -47,14 +50,15 @@ class Conformance:
             return report
         report.version = str(getattr(backend, "version", ""))
         report.device = backend.probe().device
-        report.missing_ops = sorted(OP_NAMES - set(backend.capabilities.ops))
+        caps = backend.capabilities
+        report.missing_ops = sorted(OP_NAMES - set(caps.ops))
         case_ids = list(case_ids)
         if case_ids:
-            cases: list[OpCase] = [find_case(c, backend.capabilities.weight_types) for c in case_ids]
+            cases: list[OpCase] = [find_case(c, caps.weight_types, caps.kv_dtypes) for c in case_ids]
             report.cases = run_cases(cases, name, backend, self.reference, self.create)
             return report
         if ops:
-            cases = grid(backend.capabilities.weight_types, self.seed)
+            cases = grid(caps.weight_types, self.seed, caps.kv_dtypes)
             report.cases = run_cases(cases, name, backend, self.reference, self.create)
         if model:
             ref = self.reference_model()
@@ -68,8 +72,11 @@ class Conformance:
 
 
 def save(report: BackendReport) -> Path:
+    """Record a full run; `covers` lists what its passing model checks reached (multi-page, batching)."""
     from llamay_core.state.records import ConformanceRecord, save_record
 
+    covers = sorted({c for m in report.model_checks if m.passed for c in m.covers})
     return save_record(ConformanceRecord(backend=report.backend, backend_version=report.version,
                                          model_hash=report.model_hash, passed=report.passed, level="full",
-                                         summary=report.summary(), device=report.device, details=report.details()))
+                                         summary=report.summary(), device=report.device, details=report.details(),
+                                         covers=covers))

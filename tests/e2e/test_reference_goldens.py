@@ -41,5 +41,8 @@ def test_qwen_reference_agrees_with_llama_cpp(qwen_path):
 
 @pytest.mark.model
 def test_prompt_tokenization_matches_goldens(smollm_ref):
-    for g in read_goldens("smollm2.jsonl"):
+    goldens = read_goldens("smollm2.jsonl")
+    if not goldens:
+        pytest.skip("goldens not present")
+    for g in goldens:
         assert smollm_ref.tokenize(g["prompt"], add_special=True, parse_special=True) == g["prompt_ids"], g["id"]

@@ -20,4 +20,4 @@ def test_vulkan_passes_conformance_on_smollm2(smollm_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "**vulkan: PASS**" in out
-    assert "teacher_forcing | PASS" in out and "state | PASS" in out
+    assert "| kld | PASS |" in out and "| state | PASS |" in out

@@ -58,7 +58,7 @@ class LiveServer:
 
     @property
     def scheduler(self) -> Any:
-        return self.app.state.llamay.scheduler
+        return self.app.state.scheduler
 
     def close(self) -> None:
         self.client.close()
@@ -220,14 +220,13 @@ def test_chat_completion_stream_and_whole(live):
 BAD_REQUESTS = [
     ("malformed json", "/v1/completions", b'{"prompt": ', 400),
     ("not an object", "/v1/completions", b'["a"]', 400),
-    ("unknown model", "/v1/completions", {"model": "gpt-4", "prompt": "a"}, 404),
     ("prompt wrong type", "/v1/completions", {"prompt": 12}, 400),
     ("max_tokens wrong type", "/v1/completions", {"prompt": "a", "max_tokens": "5"}, 400),
     ("temperature wrong type", "/v1/completions", {"prompt": "a", "temperature": "hot"}, 400),
     ("stream wrong type", "/v1/completions", {"prompt": "a", "stream": "yes"}, 400),
     ("max_tokens zero", "/v1/completions", {"prompt": "a", "max_tokens": 0}, 400),
     ("max_tokens bool", "/v1/completions", {"prompt": "a", "max_tokens": True}, 400),
-    ("n above one", "/v1/completions", {"prompt": "a", "n": 2}, 400),
+    ("n above the limit", "/v1/completions", {"prompt": "a", "n": 17}, 400),
     ("top_p out of range", "/v1/completions", {"prompt": "a", "top_p": 1.5}, 400),
     ("token id out of vocab", "/v1/completions", {"prompt": [1, 99999]}, 400),
     ("prompt longer than the context", "/v1/completions", {"prompt": "x " * 300}, 400),
@@ -449,8 +448,8 @@ def test_official_openai_client_against_smollm2(smollm_ref):
                                                 max_tokens=2, temperature=0, stream=True)
         pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
         assert "".join(pieces)
-        with pytest.raises(openai.NotFoundError):
-            client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+        other = client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+        assert other.usage.completion_tokens == 1  # one model served: any name reaches it
         with pytest.raises(openai.BadRequestError):
             client.completions.create(model=model_id, prompt="x", max_tokens=0)
     finally:

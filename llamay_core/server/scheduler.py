@@ -257,7 +257,7 @@ class Scheduler:
                     return
                 else:
                     self._wake.wait(0.5)
-        except BaseException as exc:
+        except Exception as exc:
             log.exception("the scheduler loop failed; failing every request in flight")
             self.failure = f"{type(exc).__name__}: {exc}"
             self._take_new()
@@ -266,7 +266,6 @@ class Scheduler:
                     self._finish(job, "error", "internal error in the scheduler")
             if self.on_fatal is not None:
                 self.on_fatal()
-            raise
 
     def _take_new(self) -> None:
         with self._lock:

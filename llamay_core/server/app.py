@@ -75,7 +75,7 @@ def create_app_for_engine(engine: Engine, *, api_key: str | None = None,
     state = ServerState(engine=engine, strict_model=strict_model, max_body_bytes=max_body_bytes,
                         read_timeout_s=read_timeout_s)
     app = Starlette(routes=routes(), lifespan=lifespan,
-                    exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _crash})
+                    exception_handlers={ApiError: _api_error, HTTPException: _http_error})
     app.state.llamay = state
     app.state.http_metrics = HttpMetrics()
     app.add_middleware(GuardMiddleware, api_key=api_key or None, metrics=app.state.http_metrics)
@@ -100,10 +100,12 @@ class GuardMiddleware:
             return
         path = scope["path"]
         status = [500]
+        started = [False]
 
         async def counting_send(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 status[0] = message["status"]
+                started[0] = True
             await send(message)
 
         try:
@@ -114,6 +116,14 @@ class GuardMiddleware:
                 await error_response(error, path)(scope, receive, counting_send)
                 return
             await self.app(scope, receive, counting_send)
+        except Exception as exc:
+            # A bug in a handler: the request gets a JSON 500 (when nothing was sent yet), the
+            # connection and the server go on.
+            log.error("unexpected error on %s", path, exc_info=exc)
+            if status[0] == 500 and not started[0]:
+                error = ApiError(500, f"internal error: {type(exc).__name__}", type="server_error",
+                                 code="internal_error")
+                await error_response(error, path)(scope, receive, counting_send)
         finally:
             route = path if path in COUNTED_ROUTES else "other"
             self.metrics.requests.labels(route=route, status=str(status[0])).inc()
@@ -145,10 +155,3 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     kind = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
     return error_response(ApiError(exc.status_code, str(exc.detail), type=kind, headers=exc.headers),
                           request.url.path)
-
-
-async def _crash(request: Request, exc: Exception) -> Response:
-    """A bug in a handler: the request gets a JSON 500, the server goes on."""
-    log.error("unexpected error on %s", request.url.path, exc_info=exc)
-    return error_response(ApiError(500, f"internal error: {type(exc).__name__}", type="server_error",
-                                   code="internal_error"), request.url.path)

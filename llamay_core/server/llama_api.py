@@ -6,6 +6,7 @@ answers unchanged.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -63,7 +64,7 @@ def generation_settings(gen: Generation, n_ctx: int, max_tokens: int | None, mod
         "top_p": gen.top_p, "min_p": gen.min_p, "repeat_penalty": gen.repeat_penalty,
         "repeat_last_n": gen.repeat_last_n, "presence_penalty": gen.presence_penalty,
         "frequency_penalty": gen.frequency_penalty, "stop": list(gen.stop), "ignore_eos": gen.ignore_eos,
-        "logit_bias": [[t, b] for t, b in gen.logit_bias.items()],
+        "logit_bias": [[t, b if math.isfinite(b) else False] for t, b in gen.logit_bias.items()],
         "grammar": gen.constraint.source if gen.constraint is not None and gen.constraint.kind == "grammar" else "",
         "samplers": ["penalties", "top_k", "top_p", "min_p", "temperature"],
     }
@@ -71,8 +72,6 @@ def generation_settings(gen: Generation, n_ctx: int, max_tokens: int | None, mod
 
 def probs_body(items: list[TokenLogprob], ids: list[int], post_sampling: bool) -> list[dict[str, Any]]:
     """`completion_probabilities`: per token its id, text, bytes and logprob (or prob) and the top ones."""
-    import math
-
     out = []
     for token_id, item in zip(ids, items):
         if post_sampling:

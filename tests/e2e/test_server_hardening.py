@@ -19,9 +19,7 @@ import pytest
 import llamay
 from llamay_core.server.app import create_app
 from llamay_core.server.runner import Runner
-from tests.e2e.test_server import AUTH, LiveServer, free_port, sse_events
-
-API_KEY = "test-key"
+from tests.e2e.test_server import API_KEY, LiveServer, sse_events
 
 
 @pytest.fixture(scope="module")

@@ -59,7 +59,9 @@ def create_app(model: Any, *, max_running: int = 8, max_waiting: int = 64, prefi
         try:
             yield
         finally:
-            await asyncio.to_thread(scheduler.stop, shutdown_timeout_s)
+            # uvicorn has already given in-flight requests the shutdown timeout; what is left
+            # belongs to clients that are gone, so it gets only a moment more.
+            await asyncio.to_thread(scheduler.stop, min(shutdown_timeout_s, 5.0))
 
     app = create_app_for_engine(engine, api_key=api_key, max_body_bytes=max_body_bytes, strict_model=strict_model,
                                 cors_origins=cors_origins, read_timeout_s=read_timeout_s, lifespan=lifespan)

@@ -266,3 +266,54 @@ def test_a_dead_scheduler_shows_on_healthz_and_the_server_exits_non_zero(tiny_pa
         assert not sched.alive and "injected scheduler bug" in sched.failure
     finally:
         server.close()
+
+
+def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
+    """`llamay serve -batch 8` with the default concurrency starts; the id is the file's stem plus
+    -alias; SIGTERM with -shutdown-timeout 1 ends a long generation within a few seconds."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.e2e.test_server import REPO, free_port
+    from tests.support.tiny_gguf import write_tiny_llama
+
+    path = write_tiny_llama(tmp_path / "tiny-cmd.gguf")  # tied: greedy text never reaches EOS
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", str(path),
+                             "-backend", "reference", "-port", str(port), "-ctx", "2048", "-batch", "8",
+                             "-alias", "friendly", "-shutdown-timeout", "1"],
+                            cwd=REPO, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            try:
+                if httpx.get(base + "/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.1)
+        assert [m["id"] for m in httpx.get(base + "/v1/models").json()["data"]] == ["tiny-cmd", "friendly"]
+        with httpx.stream("POST", base + "/v1/completions", timeout=60,
+                          json={"prompt": "drain", "max_tokens": 2000, "temperature": 0, "stream": True}) as r:
+            lines = r.iter_lines()
+            assert next(lines).startswith("data: ")
+            proc.send_signal(signal.SIGTERM)
+            start = time.monotonic()
+            received = []
+            try:
+                received.extend(line for line in lines if line)
+            except httpx.RemoteProtocolError:
+                pass  # the server closed the stream at the drain limit
+        assert "data: [DONE]" not in received  # cut short by the drain limit
+        proc.wait(timeout=20)
+        assert time.monotonic() - start < 15
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()

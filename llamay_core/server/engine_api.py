@@ -53,6 +53,7 @@ class GenerationRequest:
     logit_bias: Mapping[int, float] = attrs.field(factory=dict)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    post_sampling_probs: bool = False  # logprobs of the distribution drawn from, not the raw logits
 
 
 @attrs.frozen
@@ -166,27 +167,33 @@ class LocalEngine:
     def token_bytes(self, token: int) -> bytes:
         return self.model.tokenizer.token_bytes(token)
 
-    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> str:
+    def _render(self, messages: Sequence[Mapping[str, Any]]) -> str:
         try:
             return self.model.chat_prompt([dict(m) for m in messages])
         except LlamayError as exc:
             raise EngineRejected(str(exc), "messages") from None
 
+    def chat_prompt(self, messages: Sequence[Mapping[str, Any]]) -> str:
+        """The prompt text; a last assistant message is a prefill the answer continues (as llama-server)."""
+        head, prefill = _split_prefill(messages)
+        return self._render(head) + prefill
+
     def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """The chat prompt's ids: the template's markers are special tokens, message contents are
         tokenized as plain text (a user's "<|im_end|>" stays text and cannot end their turn)."""
-        rendered = self.chat_prompt(messages)
+        head, prefill = _split_prefill(messages)
+        rendered = self._render(head)
         nonce = secrets.token_hex(8)
-        marks = [f"\ue000{nonce}.{i}\ue001" for i in range(len(messages))]
-        masked = self.chat_prompt([{**m, "content": mark} for m, mark in zip(messages, marks)])
-        contents = [str(m.get("content") or "") for m in messages]
+        marks = [f"\ue000{nonce}.{i}\ue001" for i in range(len(head))]
+        masked = self._render([{**m, "content": mark} for m, mark in zip(head, marks)])
+        contents = [str(m.get("content") or "") for m in head]
         parts = _split_marked(masked, marks, contents)
         if "".join(t for t, _ in parts) != rendered:
             # The template changed the contents (trimmed them, say): keep its change where it is a strip.
             stripped = _split_marked(masked, marks, [c.strip() for c in contents])
             if "".join(t for t, _ in stripped) == rendered:
                 parts = stripped
-        return self.model.tokenizer.encode_parts(parts, add_special=True)
+        return self.model.tokenizer.encode_parts(parts + [(prefill, False)], add_special=True)
 
     # -- generation -------------------------------------------------------------------------------
     def submit(self, request: GenerationRequest) -> _Relay:
@@ -203,7 +210,8 @@ class LocalEngine:
         relay = _Relay(self.scheduler)
         adjust = LogitAdjust.build(request.logit_bias, request.presence_penalty, request.frequency_penalty)
         job = Job(request.prompt_ids, request.params, request.max_tokens, relay.notify, stop=request.stop,
-                  logprobs=request.logprobs, ignore_eos=request.ignore_eos, constraint=constraint, adjust=adjust)
+                  logprobs=request.logprobs, ignore_eos=request.ignore_eos, constraint=constraint, adjust=adjust,
+                  post_sampling=request.post_sampling_probs)
         try:
             self.scheduler.submit(job)
         except SchedulerFull as exc:
@@ -226,6 +234,12 @@ class LocalEngine:
 
     def metrics(self) -> bytes:
         return self.metrics_registry.render()
+
+
+def _split_prefill(messages: Sequence[Mapping[str, Any]]) -> tuple[Sequence[Mapping[str, Any]], str]:
+    if len(messages) > 1 and messages[-1].get("role") == "assistant":
+        return messages[:-1], str(messages[-1].get("content") or "")
+    return messages, ""
 
 
 def _split_marked(masked: str, marks: Sequence[str], contents: Sequence[str]) -> list[tuple[str, bool]]:

@@ -22,6 +22,7 @@ from llamay_core.server.schemas import (
     integer,
     parse_generation,
     parse_prompts,
+    type_error,
 )
 
 
@@ -35,6 +36,7 @@ class NativeRequest:
     post_sampling_probs: bool = False
     return_tokens: bool = False
     timings: bool = False
+    response_fields: tuple[str, ...] = ()
 
 
 def parse_native(body: Mapping[str, Any], n_vocab: int, tokenize: Tokenize) -> NativeRequest:
@@ -54,7 +56,31 @@ def parse_native(body: Mapping[str, Any], n_vocab: int, tokenize: Tokenize) -> N
         post_sampling_probs=boolean(body, "post_sampling_probs", False),
         return_tokens=boolean(body, "return_tokens", False),
         timings=boolean(body, "timings_per_token", False),
+        response_fields=_response_fields(body),
     )
+
+
+def _response_fields(body: Mapping[str, Any]) -> tuple[str, ...]:
+    value = body.get("response_fields")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise type_error("response_fields", "a list of field names")
+    return tuple(value)
+
+
+def pick_fields(body: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """llama-server's `response_fields`: only these, a "/" reaching into objects ("generation_settings/n_predict")."""
+    if not fields:
+        return body
+    out = {}
+    for field in fields:
+        value: Any = body
+        for key in field.split("/"):
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not None:
+            out[field] = value
+    return out
 
 
 def generation_settings(gen: Generation, n_ctx: int, max_tokens: int | None, model: str) -> dict[str, Any]:
@@ -87,8 +113,7 @@ def probs_body(items: list[TokenLogprob], ids: list[int], post_sampling: bool) -
 
 def partial_body(index: int, text: str, tokens: list[int], req: NativeRequest,
                  probs: list[dict[str, Any]] | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"index": index, "content": text, "tokens": tokens if req.return_tokens else [],
-                            "stop": False, "id_slot": -1}
+    body: dict[str, Any] = {"index": index, "content": text, "tokens": tokens, "stop": False, "id_slot": -1}
     if probs is not None:
         body["completion_probabilities"] = probs
     return body

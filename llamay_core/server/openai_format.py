@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from llamay_core.server.scheduler import Timings, TokenLogprob, Usage
+from llamay_core.version import __version__
+
+# llama-server's fingerprint is its build ("b1234"); clients and its tests expect the "b".
+SYSTEM_FINGERPRINT = f"b{__version__}-llamay"
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -77,7 +81,7 @@ def choice_body(index: int, chat: bool, text: str, finish_reason: str,
 def completion_body(rid: str, created: int, model: str, chat: bool, choices: list[dict[str, Any]],
                     usage: Usage, timings: Timings | None = None) -> dict[str, Any]:
     body = {"id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
-            "model": model, "choices": choices, "usage": usage_body(usage)}
+            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": choices, "usage": usage_body(usage)}
     if timings is not None:
         body["timings"] = timings_body(timings)
     return body
@@ -86,22 +90,24 @@ def completion_body(rid: str, created: int, model: str, chat: bool, choices: lis
 def chunk_body(rid: str, created: int, model: str, chat: bool, *, index: int = 0, text: str | None = None,
                role: bool = False, finish_reason: str | None = None,
                logprobs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """One stream chunk. Chat chunks carry a `delta`; the first one announces the role."""
+    """One stream chunk. Chat chunks carry a `delta`; the first one announces the role (with null
+    content, as llama-server sends it)."""
     choice: dict[str, Any] = {"index": index, "logprobs": logprobs, "finish_reason": finish_reason}
     if chat:
         delta: dict[str, Any] = {}
         if role:
             delta["role"] = "assistant"
-        if text is not None:
+            delta["content"] = None
+        elif text is not None:
             delta["content"] = text
         choice["delta"] = delta
     else:
         choice["text"] = text or ""
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-            "model": model, "choices": [choice]}
+            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [choice]}
 
 
 def usage_chunk(rid: str, created: int, model: str, chat: bool, usage: Usage) -> dict[str, Any]:
     """The last chunk when `stream_options.include_usage`: no choices, just usage."""
     return {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion", "created": created,
-            "model": model, "choices": [], "usage": usage_body(usage)}
+            "model": model, "system_fingerprint": SYSTEM_FINGERPRINT, "choices": [], "usage": usage_body(usage)}

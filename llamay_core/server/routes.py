@@ -22,7 +22,7 @@ from llamay_core.server import anthropic_api as anth
 from llamay_core.server import llama_api as native
 from llamay_core.server import openai_format as fmt
 from llamay_core.server.engine_api import Engine, EngineBusy, EngineRejected, GenerationRequest, RequestStream
-from llamay_core.server.scheduler import Delta, Event, Finished, TokenLogprob, Usage
+from llamay_core.server.scheduler import Delta, Event, Finished, Timings, TokenLogprob, Usage
 from llamay_core.server.schemas import (
     ApiError,
     Generation,
@@ -118,14 +118,14 @@ def tokenizer_of(s: ServerState) -> Callable[[str], list[int]]:
 
 # -- running requests ---------------------------------------------------------------------------
 def build(gen: Generation, ids: list[int], max_tokens: int | None, logprobs: int | None, index: int,
-          n_ctx: int) -> GenerationRequest:
+          n_ctx: int, post_sampling: bool = False) -> GenerationRequest:
     seed = gen.seed if gen.seed is None or index == 0 else (gen.seed + index) % 2**64
     params = SamplingParams(temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p, min_p=gen.min_p,
                             repeat_penalty=gen.repeat_penalty, repeat_last_n=gen.repeat_last_n, seed=seed)
     return GenerationRequest(tuple(ids), params, n_ctx if max_tokens is None else max_tokens, stop=gen.stop,
                              logprobs=logprobs, ignore_eos=gen.ignore_eos, constraint=gen.constraint,
                              logit_bias=gen.logit_bias, presence_penalty=gen.presence_penalty,
-                             frequency_penalty=gen.frequency_penalty)
+                             frequency_penalty=gen.frequency_penalty, post_sampling_probs=post_sampling)
 
 
 class _Nothing:
@@ -255,7 +255,8 @@ async def openai_generate(request: Request, chat: bool) -> Response:
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     if req.stream:
-        return EventStreamResponse(_openai_stream(streams, req, rid, created, model), cancel_all(streams))
+        clock = LiveTimings([len(ids) for ids in prompts for _ in range(req.n)])
+        return EventStreamResponse(_openai_stream(streams, req, rid, created, model, clock), cancel_all(streams))
     outcomes = await collect(request, streams)
     choices = []
     for i, o in enumerate(outcomes):
@@ -265,8 +266,26 @@ async def openai_generate(request: Request, chat: bool) -> Response:
                                             outcomes[0].end.timings))
 
 
+class LiveTimings:
+    """`timings_per_token`: llama-server's timings while a stream runs (prompt counted whole)."""
+
+    def __init__(self, prompt_lengths: list[int]) -> None:
+        self.start = time.perf_counter()
+        self.prompt = prompt_lengths
+        self.first = [0.0] * len(prompt_lengths)
+        self.tokens = [0] * len(prompt_lengths)
+
+    def update(self, i: int, n_tokens: int) -> Timings:
+        now = time.perf_counter()
+        if not self.first[i]:
+            self.first[i] = now
+        self.tokens[i] += n_tokens
+        return Timings(prompt_n=self.prompt[i], prompt_ms=(self.first[i] - self.start) * 1e3,
+                       predicted_n=self.tokens[i], predicted_ms=(now - self.first[i]) * 1e3)
+
+
 async def _openai_stream(streams: list[RequestStream], req: Any, rid: str, created: int,
-                         model: str) -> AsyncIterator[str]:
+                         model: str, clock: LiveTimings) -> AsyncIterator[str]:
     chat = req.chat
     builders = [fmt.LogprobsBuilder(chat) if req.logprobs is not None else None for _ in streams]
     if chat:
@@ -275,10 +294,14 @@ async def _openai_stream(streams: list[RequestStream], req: Any, rid: str, creat
     ends: list[Finished] = []
     async for i, event in merged(streams):
         if isinstance(event, Delta):
+            timings = clock.update(i, len(event.tokens))
             if not event.text and not event.logprobs:
                 continue
             lp = builders[i].shape(event.logprobs) if builders[i] is not None else None
-            yield sse_data(fmt.chunk_body(rid, created, model, chat, index=i, text=event.text, logprobs=lp))
+            chunk = fmt.chunk_body(rid, created, model, chat, index=i, text=event.text, logprobs=lp)
+            if req.timings:
+                chunk["timings"] = fmt.timings_body(timings)
+            yield sse_data(chunk)
             continue
         if event.reason == "cancelled":
             return
@@ -296,7 +319,10 @@ async def _openai_stream(streams: list[RequestStream], req: Any, rid: str, creat
         firsts = ends[:: req.n] if req.n else ends
         usage = Usage(sum(e.usage.prompt_tokens for e in firsts), sum(e.usage.completion_tokens for e in ends),
                       sum(e.usage.cached_tokens for e in firsts))
-        yield sse_data(fmt.usage_chunk(rid, created, model, chat, usage))
+        chunk = fmt.usage_chunk(rid, created, model, chat, usage)
+        if req.timings and ends:
+            chunk["timings"] = fmt.timings_body(ends[0].timings)
+        yield sse_data(chunk)
     yield DONE
 
 
@@ -309,17 +335,17 @@ async def native_completion(request: Request) -> Response:
     req = native.parse_native(body, info.n_vocab, tokenizer_of(s))
     prompts = [prompt_ids(s, p) for p in req.prompts]
     logprobs = req.n_probs if req.n_probs else None
-    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, logprobs, i, info.n_ctx)
+    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, logprobs, i, info.n_ctx, req.post_sampling_probs)
                              for i, ids in enumerate(prompts)])
-    texts = [p if isinstance(p, str) else s.engine.detokenize(ids) for p, ids in zip(req.prompts, prompts)]
+    texts = [s.engine.detokenize(ids) for ids in prompts]
     if req.stream:
         return EventStreamResponse(_native_stream(s, streams, req, texts, model), cancel_all(streams))
     outcomes = await collect(request, streams)
     results = []
     for i, o in enumerate(outcomes):
         probs = native.probs_body(o.logprobs, o.tokens, req.post_sampling_probs) if req.n_probs else None
-        results.append(native.final_body(i, "".join(o.text), o.tokens, texts[i], req, o.end, model, info.n_ctx,
-                                         probs))
+        results.append(native.pick_fields(native.final_body(i, "".join(o.text), o.tokens, texts[i], req, o.end,
+                                                            model, info.n_ctx, probs), req.response_fields))
     return JSONResponse(results[0] if len(results) == 1 else results)
 
 

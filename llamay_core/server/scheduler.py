@@ -120,10 +120,12 @@ class Job:
 
     def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int,
                  notify: Callable[[Event], None], stop: Sequence[str] = (), logprobs: int | None = None,
-                 ignore_eos: bool = False, constraint: Any = None, adjust: Any = None) -> None:
+                 ignore_eos: bool = False, constraint: Any = None, adjust: Any = None,
+                 post_sampling: bool = False) -> None:
         self.prompt_ids = list(prompt_ids)
         self.constraint = constraint  # a llamay_core.constrain Constraint: masks each step's logits
         self.adjust = adjust  # a LogitAdjust (logit_bias, presence/frequency penalties) or None
+        self.post_sampling = post_sampling  # logprobs from the sampler's final distribution
         self.params = params
         self.max_tokens = max_tokens
         self.notify = notify
@@ -428,7 +430,7 @@ class Scheduler:
             return
         if job.constraint is not None:
             job.constraint.advance(token)
-        logprobs = [self._logprob(logits, token, job.logprobs)] if job.logprobs is not None else []
+        logprobs = [self._logprob(logits, token, job)] if job.logprobs is not None else []
         text = job.text.push(token)
         if job.text.stopped or (job.constraint is not None and job.constraint.finished):
             job.stop_type = "word" if job.text.stopped else "eos"
@@ -442,11 +444,17 @@ class Scheduler:
             self._emit(job, text, logprobs, [token])
             job.next_input = token
 
-    def _logprob(self, logits: np.ndarray, token: int, n_top: int) -> TokenLogprob:
-        z = logits.astype(np.float64)
-        top = z.max()
+    def _logprob(self, logits: np.ndarray, token: int, job: Job) -> TokenLogprob:
+        n_top = job.logprobs
+        if job.post_sampling:
+            with np.errstate(divide="ignore"):
+                lp = np.log(job.sampler.probabilities(logits, job.history[:-1]))
+        else:
+            z = logits.astype(np.float64)
+            top = z.max()
+            lp = z - (top + np.log(np.exp(z - top).sum()))
         # Banned or masked tokens have -inf; JSON has no infinity, so they read as OpenAI's floor.
-        lp = np.maximum(z - (top + np.log(np.exp(z - top).sum())), LOGPROB_FLOOR)
+        lp = np.maximum(lp, LOGPROB_FLOOR)
         alternatives, ids = [], []
         if n_top:
             best = np.argpartition(-lp, n_top - 1)[:n_top]

@@ -284,10 +284,10 @@ def _logit_bias(body: Mapping[str, Any], n_vocab: int, tokenize: Tokenize) -> di
         bias = _bias_value(raw, f"logit_bias[{key!r}]")
         if is_int(key) or isinstance(key, str) and key.lstrip("-").isdigit() and len(key) < 12:
             ids = [int(key)]
-        elif isinstance(key, str) and isinstance(value, list):
-            ids = list(tokenize(key))
+        elif isinstance(key, str):
+            ids = list(tokenize(key))  # llama.cpp: a text biases each of its tokens
         else:
-            raise type_error("logit_bias", "keyed by token ids")
+            raise type_error("logit_bias", "keyed by token ids or text")
         for token in ids:
             if not 0 <= token < n_vocab:
                 raise value_error("logit_bias", f"names token {token}, outside the vocabulary (0..{n_vocab - 1})")
@@ -481,6 +481,9 @@ def parse_messages(messages: Any, param: str = "messages") -> tuple[dict[str, An
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise type_error(f"{param}[{i}]", "an object with a string 'role'")
         out.append({"role": m["role"], "content": message_text(m.get("content"), f"{param}[{i}].content")})
+    if len(out) > 1 and out[-1]["role"] == out[-2]["role"] == "assistant":
+        # A last assistant message is a prefill to continue; two in a row have no meaning.
+        raise value_error(param, "ends with two assistant messages; only the last one can be a prefill")
     return tuple(out)
 
 

@@ -211,10 +211,10 @@ def test_chat_completion_stream_and_whole(live):
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
-    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": None}
     assert chunks[-1]["choices"][0]["delta"] == {}
     assert chunks[-1]["choices"][0]["finish_reason"] == whole["choices"][0]["finish_reason"]
-    assert "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) == message["content"]
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == message["content"]
 
 
 BAD_REQUESTS = [

@@ -74,7 +74,10 @@ BAD_VALUES = [
     ("logit_bias outside the vocabulary", {"prompt": "a", "logit_bias": {"999999": 5}}),
     ("logit_bias not a number", {"prompt": "a", "logit_bias": {"5": "x"}}),
     ("logit_bias wrong shape", {"prompt": "a", "logit_bias": [1, 2, 3]}),
-    ("logit_bias key not an id", {"prompt": "a", "logit_bias": {"cat": 1}}),
+    ("logit_bias key neither id nor text", {"prompt": "a", "logit_bias": [[1.5, 1]]}),
+    ("two assistant messages at the end", {"messages": [{"role": "user", "content": "a"},
+                                                        {"role": "assistant", "content": "b"},
+                                                        {"role": "assistant", "content": "c"}]}),
     ("unknown sampler", {"prompt": "a", "samplers": ["top_k", "warp"]}),
     ("deep nesting", b'{"prompt": "a", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}"),
     ("deep nesting under the limit of json but over ours", b'{"prompt": "a", "x": ' + b"[" * 100 + b"]" * 100 + b"}"),
@@ -241,7 +244,9 @@ def test_incomplete_requests_time_out(tiny_path):
         with socket.create_connection(("127.0.0.1", server.port), timeout=10) as half_body:
             half_body.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                               b"Content-Length: 100\r\n\r\n{\"prompt\":")
-            answer = half_body.recv(4096)
+            answer = b""
+            while chunk := half_body.recv(4096):  # until the server closes the connection
+                answer += chunk
             assert answer.startswith(b"HTTP/1.1 408"), answer
             assert b"request_timeout" in answer
         assert httpx.post(server.base + "/v1/completions", json={"prompt": "a", "max_tokens": 1}).status_code == 200

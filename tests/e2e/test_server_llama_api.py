@@ -76,9 +76,15 @@ def test_native_stream_and_n_probs(live):
     assert all(e["stop"] is False for e in events[:-1]) and events[-1]["stop"] is True
     assert "".join(e["content"] for e in events) == whole["content"]
     assert [t for e in events[:-1] for t in e["tokens"]] == whole["tokens"]
+    # Greedy: the distribution drawn from is all on the chosen token.
     post = live.client.post("/completion", json={**request, "post_sampling_probs": True}).json()
-    first = post["completion_probabilities"][0]
-    assert math.isclose(first["prob"], math.exp(probs[0]["logprob"]), rel_tol=1e-6) and "top_probs" in first
+    for p in post["completion_probabilities"]:
+        assert p["prob"] == 1.0 and [t["prob"] for t in p["top_probs"]] == [1.0, 0.0, 0.0]
+    sampled = live.client.post("/completion", json={**request, "temperature": 1.0, "top_k": 2, "seed": 1,
+                                                    "post_sampling_probs": True}).json()
+    for p in sampled["completion_probabilities"]:
+        top = [t["prob"] for t in p["top_probs"]]
+        assert math.isclose(sum(top), 1.0, rel_tol=1e-6) and top[2] == 0.0  # top_k 2 keeps two tokens
 
 
 def test_native_prompt_forms(live):
@@ -110,7 +116,7 @@ def test_openai_batch_prompts_and_n(live):
     streamed = ["", "", ""]
     for e in events[:-1]:
         c = e["choices"][0]
-        streamed[c["index"]] += c["delta"].get("content", "")
+        streamed[c["index"]] += c["delta"].get("content") or ""
     assert streamed == [c["message"]["content"] for c in whole["choices"]]
 
 
@@ -230,3 +236,16 @@ def test_metrics_have_llama_server_names(live):
     for name in ("llamacpp:kv_cache_usage_ratio", "llamacpp:requests_processing", "llamacpp:requests_deferred",
                  "llamay_generated_tokens_total", "llamay_requests_total"):
         metric(text, name)
+
+
+def test_response_fields_and_assistant_prefill(live):
+    body = live.client.post("/completion", json={"prompt": "the cat", "n_predict": 3,
+                                                 "response_fields": ["content", "generation_settings/n_predict"]})
+    assert set(body.json()) == {"content", "generation_settings/n_predict"}
+    assert body.json()["generation_settings/n_predict"] == 3
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, <|im_end|>"}]
+    prompt = live.client.post("/apply-template", json={"messages": messages}).json()["prompt"]
+    assert prompt == live.model.chat_prompt(messages[:1]) + "Sure, <|im_end|>"
+    im_end = live.model.tokenizer.token_to_id("<|im_end|>")
+    ids = live.app.state.llamay.engine.chat_ids(messages)
+    assert ids.count(im_end) == 1  # the prefill's look-alike marker is text

@@ -28,8 +28,9 @@ log = logging.getLogger("llamay.server")
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 COUNTED_ROUTES = frozenset(r.path for r in routes())
-# Answered without the API key: health checks for load balancers.
-OPEN_ROUTES = ("/healthz", "/health", "/v1/health")
+# Answered without the API key, as llama-server does: health checks for load balancers, and the
+# model list (it names the model and nothing else).
+OPEN_ROUTES = ("/healthz", "/health", "/v1/health", "/models", "/v1/models")
 
 
 def create_app(model: Any, *, max_running: int = 8, max_waiting: int = 64, prefill_chunk: int = 256,
@@ -83,8 +84,8 @@ def create_app_for_engine(engine: Engine, *, api_key: str | None = None,
     app.add_middleware(GuardMiddleware, api_key=api_key or None, metrics=app.state.http_metrics)
     if cors_origins:
         # Outside the key check: a browser's preflight carries no key and must still be answered.
-        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST", "OPTIONS"],
-                           allow_headers=["*"], max_age=600)
+        app.add_middleware(CORSMiddleware, allow_origins=list(cors_origins), allow_methods=["GET", "POST"],
+                           allow_headers=["*"], allow_credentials=True, max_age=600)
     return app
 
 

@@ -436,16 +436,17 @@ async def messages(request: Request) -> Response:
     info = s.engine.info
     model = check_model(body, info.names, s.strict_model)
     req = anth.parse_messages_request(body, info.n_vocab, tokenizer_of(s))
-    streams = submit_all(s, [build(req.gen, chat_ids(s, req.messages), req.max_tokens, None, 0, info.n_ctx)])
+    ids = chat_ids(s, req.messages)
+    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, None, 0, info.n_ctx)])
     mid = "msg_" + uuid.uuid4().hex[:24]
     if req.stream:
-        return EventStreamResponse(_anthropic_stream(streams[0], mid, model), streams[0].cancel)
+        return EventStreamResponse(_anthropic_stream(streams[0], mid, model, len(ids)), streams[0].cancel)
     o = (await collect(request, streams))[0]
     return JSONResponse(anth.message_body(mid, model, "".join(o.text), o.end.reason, o.end.stop_word, o.end.usage))
 
 
-async def _anthropic_stream(stream: RequestStream, mid: str, model: str) -> AsyncIterator[str]:
-    start = anth.message_body(mid, model, "", "stop", "", Usage(0, 0, 0))
+async def _anthropic_stream(stream: RequestStream, mid: str, model: str, n_prompt: int) -> AsyncIterator[str]:
+    start = anth.message_body(mid, model, "", "stop", "", Usage(n_prompt, 0, 0))
     start.update(content=[], stop_reason=None)
     yield anth.sse_event("message_start", {"type": "message_start", "message": start})
     yield anth.sse_event("content_block_start", {"type": "content_block_start", "index": 0,

@@ -147,7 +147,7 @@ def test_healthz_needs_no_key_and_describes_the_server(live):
     assert body["queue_depth"] == 0 and "kv_pages_used" in body
 
 
-@pytest.mark.parametrize("method,path", [("GET", "/v1/models"), ("GET", "/metrics"),
+@pytest.mark.parametrize("method,path", [("GET", "/props"), ("GET", "/metrics"), ("POST", "/completion"),
                                          ("POST", "/v1/completions"), ("POST", "/v1/chat/completions")])
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer wrong"}, {"Authorization": API_KEY}])
 def test_every_other_endpoint_needs_the_key(live, method, path, headers):

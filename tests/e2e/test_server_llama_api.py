@@ -39,10 +39,17 @@ def native_events(response: httpx.Response) -> list[dict]:
     return events
 
 
-def test_health_without_key(live):
+def test_health_and_models_without_key_everything_else_with_either_header(live):
     for path in ("/health", "/v1/health"):
         r = httpx.get(live.base + path)
         assert r.status_code == 200 and r.json() == {"status": "ok"}
+    for path in ("/models", "/v1/models"):
+        assert httpx.get(live.base + path).json()["data"][0]["id"] == "tiny-api"
+    body = {"prompt": "a", "n_predict": 1}
+    assert httpx.post(live.base + "/completions", json=body, headers={"X-Api-Key": API_KEY}).status_code == 200
+    for headers in ({"X-Api-Key": "wrong"}, {"Authorization": f"Bearer {API_KEY}x"}, {}):
+        r = httpx.post(live.base + "/completions", json=body, headers=headers)
+        assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
 
 
 def test_native_completion_fields(live):
@@ -205,8 +212,12 @@ def test_anthropic_messages(live):
     count = httpx.post(live.base + "/v1/messages/count_tokens", json=request, headers=headers).json()
     assert count["input_tokens"] == body["usage"]["input_tokens"]
     with httpx.stream("POST", live.base + "/v1/messages", json={**request, "stream": True}, headers=headers) as s:
-        lines = [line for line in s.iter_lines() if line.startswith("event: ")]
-    names = [line[len("event: "):] for line in lines]
+        lines = list(s.iter_lines())
+    names = [line[len("event: "):] for line in lines if line.startswith("event: ")]
+    data = [json.loads(line[len("data: "):]) for line in lines if line.startswith("data: ")]
+    assert [d["type"] for d in data] == names
+    assert data[0]["message"]["usage"]["input_tokens"] == body["usage"]["input_tokens"] > 0
+    assert data[-2]["usage"]["output_tokens"] > 0
     assert names[:3] == ["message_start", "content_block_start", "ping"]
     assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     bad = httpx.post(live.base + "/v1/messages", json={"messages": request["messages"]}, headers=headers)
@@ -221,6 +232,7 @@ def test_cors_preflight_needs_no_key_and_only_listed_origins(live):
                  "Access-Control-Request-Headers": "authorization, content-type"}
     r = httpx.options(live.base + "/v1/chat/completions", headers=preflight)
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://ui.example"
+    assert r.headers["access-control-allow-credentials"] == "true"
     r = httpx.options(live.base + "/v1/chat/completions", headers={**preflight, "Origin": "http://evil.example"})
     assert r.status_code == 400 and "access-control-allow-origin" not in r.headers
     r = httpx.get(live.base + "/v1/models", headers={**AUTH, "Origin": "http://ui.example"})

@@ -508,12 +508,13 @@ async def list_models(request: Request) -> Response:
     info = s.engine.info
     meta = {"n_vocab": info.n_vocab, "n_ctx_train": info.n_ctx_train, "n_embd": info.n_embd,
             "n_params": info.n_params, "size": info.size}
+    # One entry, as llama-server lists it: the served name, with every name it answers to.
+    name = info.names[0]
     return JSONResponse({
         "object": "list",
-        "data": [{"id": name, "object": "model", "created": s.created, "owned_by": "llamay", "meta": meta}
-                 for name in info.names],
-        "models": [{"name": name, "model": name, "type": "model", "capabilities": ["completion"]}
-                   for name in info.names],
+        "data": [{"id": name, "object": "model", "created": s.created, "owned_by": "llamay",
+                  "aliases": list(info.names), "meta": meta}],
+        "models": [{"name": name, "model": name, "type": "model", "capabilities": ["completion"]}],
     })
 
 

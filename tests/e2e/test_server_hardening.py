@@ -171,8 +171,8 @@ def test_model_names_any_alias_and_strict(tiny_path):
     model = llamay.load(tiny_path, backend="reference", n_ctx=128, n_seq=2)
     server = LiveServer(model, max_running=2, model_id="tiny-hard", aliases=["my-alias"], strict_model=True)
     try:
-        ids = [m["id"] for m in server.client.get("/v1/models").json()["data"]]
-        assert ids == ["tiny-hard", "my-alias"]
+        listed = server.client.get("/v1/models").json()["data"]
+        assert [(m["id"], m["aliases"]) for m in listed] == [("tiny-hard", ["tiny-hard", "my-alias"])]
         for name, status in (("tiny-hard", 200), ("my-alias", 200), ("gpt-4", 404)):
             r = server.client.post("/v1/completions", json={"model": name, "prompt": "a", "max_tokens": 1})
             assert r.status_code == status, r.text
@@ -302,7 +302,8 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
                 pass
             assert time.monotonic() < deadline, "server did not come up"
             time.sleep(0.1)
-        assert [m["id"] for m in httpx.get(base + "/v1/models").json()["data"]] == ["tiny-cmd", "friendly"]
+        listed = httpx.get(base + "/v1/models").json()["data"]
+        assert [(m["id"], m["aliases"]) for m in listed] == [("tiny-cmd", ["tiny-cmd", "friendly"])]
         with httpx.stream("POST", base + "/v1/completions", timeout=60,
                           json={"prompt": "drain", "max_tokens": 2000, "temperature": 0, "stream": True}) as r:
             lines = r.iter_lines()

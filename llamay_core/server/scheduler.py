@@ -425,7 +425,7 @@ class Scheduler:
         job.generated += 1
         if token in self.eog and not job.ignore_eos:
             job.stop_type = "eos"
-            self._emit(job, job.text.finish(), [], [token])
+            self._emit(job, job.text.finish(), [], [])  # the end-of-generation token is not output
             self._finish(job, "stop")
             return
         if job.constraint is not None:

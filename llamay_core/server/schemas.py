@@ -396,17 +396,20 @@ class CompletionRequest:
 
 
 def check_model(body: Mapping[str, Any], names: Sequence[str], strict: bool) -> str:
-    """The model the request names (or the served one). While one model is served any name is
-    served by it, as llama-server does; `strict` (-strict-model) answers 404 for unknown names."""
+    """The name answers carry: the requested one when it is one of the served model's names, else
+    the served id. While one model is served any name is served by it, as llama-server does;
+    `strict` (-strict-model) answers 404 for unknown names instead."""
     model = body.get("model")
     if model is None:
         return names[0]
     if not isinstance(model, str):
         raise type_error("model", "a string")
-    if strict and model not in names:
+    if model in names:
+        return model
+    if strict:
         raise ApiError(404, f"the model {model!r} does not exist; this server serves {names[0]!r}",
                        type="not_found_error", param="model", code="model_not_found")
-    return model
+    return names[0]
 
 
 def parse_request(body: dict[str, Any], chat: bool, n_vocab: int, tokenize: Tokenize) -> CompletionRequest:

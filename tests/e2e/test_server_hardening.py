@@ -167,6 +167,13 @@ def test_a_failure_inside_one_generation_fails_that_request_only(live, monkeypat
     still_serving(live)
 
 
+def test_any_model_name_is_served_by_the_one_model(live):
+    r = live.client.post("/v1/chat/completions", json={"model": "Smollm2 135M 8k Lc100K Mix1 Ep2",
+                                                       "messages": [{"role": "user", "content": "a"}],
+                                                       "max_tokens": 1})
+    assert r.status_code == 200 and r.json()["model"] == "tiny-hard"
+
+
 def test_model_names_any_alias_and_strict(tiny_path):
     model = llamay.load(tiny_path, backend="reference", n_ctx=128, n_seq=2)
     server = LiveServer(model, max_running=2, model_id="tiny-hard", aliases=["my-alias"], strict_model=True)

@@ -9,7 +9,9 @@ cross a process boundary.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
+import threading
 from typing import Any, AsyncIterator, Mapping, Protocol, Sequence
 
 import attrs
@@ -101,7 +103,7 @@ class Engine(Protocol):
 
     def chat_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
 
-    def submit(self, request: GenerationRequest) -> RequestStream: ...
+    async def submit(self, request: GenerationRequest) -> RequestStream: ...
 
     def health(self) -> dict[str, Any]: ...
 
@@ -144,6 +146,7 @@ class LocalEngine:
         self.model = model
         self.scheduler = scheduler
         self.metrics_registry = scheduler.metrics
+        self._compile_lock = threading.Lock()
         meta = model.gguf.metadata
         tok = model.tokenizer
         self.info = ModelInfo(
@@ -184,8 +187,8 @@ class LocalEngine:
         head, prefill = _split_prefill(messages)
         rendered = self._render(head)
         nonce = secrets.token_hex(8)
-        marks = [f"\ue000{nonce}.{i}\ue001" for i in range(len(head))]
-        masked = self._render([{**m, "content": mark} for m, mark in zip(head, marks)])
+        masked = self._render([{**m, "content": f"\ue000{nonce}.{i}\ue001"} for i, m in enumerate(head)])
+        marks = re.compile(f"\ue000{nonce}\\.(\\d+)\ue001")
         contents = [str(m.get("content") or "") for m in head]
         parts = _split_marked(masked, marks, contents)
         if "".join(t for t, _ in parts) != rendered:
@@ -196,17 +199,21 @@ class LocalEngine:
         return self.model.tokenizer.encode_parts(parts + [(prefill, False)], add_special=True)
 
     # -- generation -------------------------------------------------------------------------------
-    def submit(self, request: GenerationRequest) -> _Relay:
+    def _compile(self, spec: ConstraintSpec) -> Any:
         from llamay_core.constrain.sources import grammar_for
+
+        with self._compile_lock:  # the compiled-grammar cache is shared
+            try:
+                return grammar_for(self.model, spec.kind, spec.source).start()
+            except (LlamayError, RecursionError, ValueError, TypeError) as exc:
+                raise EngineRejected(f"{spec.kind}: {exc}", spec.kind) from None
+
+    async def submit(self, request: GenerationRequest) -> _Relay:
         from llamay_core.server.logit_adjust import LogitAdjust
 
         constraint = None
         if request.constraint is not None:
-            spec = request.constraint
-            try:
-                constraint = grammar_for(self.model, spec.kind, spec.source).start()
-            except (LlamayError, RecursionError, ValueError, TypeError) as exc:
-                raise EngineRejected(f"{spec.kind}: {exc}", spec.kind) from None
+            constraint = await asyncio.to_thread(self._compile, request.constraint)
         relay = _Relay(self.scheduler)
         adjust = LogitAdjust.build(request.logit_bias, request.presence_penalty, request.frequency_penalty)
         job = Job(request.prompt_ids, request.params, request.max_tokens, relay.notify, stop=request.stop,
@@ -242,18 +249,13 @@ def _split_prefill(messages: Sequence[Mapping[str, Any]]) -> tuple[Sequence[Mapp
     return messages, ""
 
 
-def _split_marked(masked: str, marks: Sequence[str], contents: Sequence[str]) -> list[tuple[str, bool]]:
+def _split_marked(masked: str, marks: re.Pattern[str], contents: Sequence[str]) -> list[tuple[str, bool]]:
     """`masked` cut at the marks: template text (special tokens parsed) and contents (plain text)."""
     parts: list[tuple[str, bool]] = []
     pos = 0
-    while True:
-        hits = [(masked.find(mark, pos), i) for i, mark in enumerate(marks)]
-        hits = [(at, i) for at, i in hits if at >= 0]
-        if not hits:
-            break
-        at, i = min(hits)
-        parts.append((masked[pos:at], True))
-        parts.append((contents[i], False))
-        pos = at + len(marks[i])
+    for hit in marks.finditer(masked):
+        parts.append((masked[pos:hit.start()], True))
+        parts.append((contents[int(hit.group(1))], False))
+        pos = hit.end()
     parts.append((masked[pos:], True))
     return [(t, special) for t, special in parts if t]

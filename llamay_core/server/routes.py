@@ -3,7 +3,9 @@ Messages API and the service endpoints.
 
 Handlers run on the event loop and reach the model only through `Engine` (engine_api.py): they
 validate, tokenize, submit `GenerationRequest`s and relay their events. So the same handlers
-serve a model in this process or one behind remote replicas.
+serve a model in this process or one behind remote replicas. Work that grows with the input
+(tokenizing, rendering the chat template) runs in a worker thread, so one large request never
+stalls the loop that answers everyone else.
 """
 from __future__ import annotations
 
@@ -141,12 +143,12 @@ class _Nothing:
         pass
 
 
-def submit_all(s: ServerState, requests: list[GenerationRequest]) -> list[RequestStream]:
+async def submit_all(s: ServerState, requests: list[GenerationRequest]) -> list[RequestStream]:
     """Submit every choice of a request, or none (503 when the server is full, 400 when refused)."""
     streams: list[RequestStream] = []
     try:
         for r in requests:
-            streams.append(_Nothing(len(r.prompt_ids)) if r.max_tokens == 0 else s.engine.submit(r))
+            streams.append(_Nothing(len(r.prompt_ids)) if r.max_tokens == 0 else await s.engine.submit(r))
     except EngineBusy as exc:
         for st in streams:
             st.cancel()
@@ -248,10 +250,14 @@ async def openai_generate(request: Request, chat: bool) -> Response:
     body = await read_json(request)
     info = s.engine.info
     model = check_model(body, info.names, s.strict_model)
-    req = parse_request(body, chat, info.n_vocab, tokenizer_of(s))
-    prompts = [chat_ids(s, req.messages)] if chat else [prompt_ids(s, p) for p in req.prompts]
-    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, req.logprobs, j, info.n_ctx)
-                             for ids in prompts for j in range(req.n)])
+
+    def prepare() -> tuple[Any, list[list[int]]]:
+        req = parse_request(body, chat, info.n_vocab, tokenizer_of(s))
+        return req, [chat_ids(s, req.messages)] if chat else [prompt_ids(s, p) for p in req.prompts]
+
+    req, prompts = await asyncio.to_thread(prepare)
+    streams = await submit_all(s, [build(req.gen, ids, req.max_tokens, req.logprobs, j, info.n_ctx)
+                                   for ids in prompts for j in range(req.n)])
     rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
     created = int(time.time())
     if req.stream:
@@ -332,12 +338,16 @@ async def native_completion(request: Request) -> Response:
     body = await read_json(request)
     info = s.engine.info
     model = check_model(body, info.names, s.strict_model)
-    req = native.parse_native(body, info.n_vocab, tokenizer_of(s))
-    prompts = [prompt_ids(s, p) for p in req.prompts]
+
+    def prepare() -> tuple[native.NativeRequest, list[list[int]], list[str]]:
+        req = native.parse_native(body, info.n_vocab, tokenizer_of(s))
+        prompts = [prompt_ids(s, p) for p in req.prompts]
+        return req, prompts, [s.engine.detokenize(ids) for ids in prompts]
+
+    req, prompts, texts = await asyncio.to_thread(prepare)
     logprobs = req.n_probs if req.n_probs else None
-    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, logprobs, i, info.n_ctx, req.post_sampling_probs)
-                             for i, ids in enumerate(prompts)])
-    texts = [s.engine.detokenize(ids) for ids in prompts]
+    streams = await submit_all(s, [build(req.gen, ids, req.max_tokens, logprobs, i, info.n_ctx,
+                                         req.post_sampling_probs) for i, ids in enumerate(prompts)])
     if req.stream:
         return EventStreamResponse(_native_stream(s, streams, req, texts, model), cancel_all(streams))
     outcomes = await collect(request, streams)
@@ -368,6 +378,10 @@ async def _native_stream(s: ServerState, streams: list[RequestStream], req: nati
 async def tokenize(request: Request) -> Response:
     s = state(request)
     body = await read_json(request)
+    return JSONResponse(await asyncio.to_thread(_tokenize, s, body))
+
+
+def _tokenize(s: ServerState, body: dict[str, Any]) -> dict[str, Any]:
     content = body.get("content", "")
     if isinstance(content, list):
         ids = [t for t in content if is_int(t)] + [i for t in content if isinstance(t, str)
@@ -379,8 +393,8 @@ async def tokenize(request: Request) -> Response:
     else:
         raise type_error("content", "a string")
     if boolean(body, "with_pieces", False):
-        return JSONResponse({"tokens": native.token_pieces(ids, s.engine.token_bytes)})
-    return JSONResponse({"tokens": ids})
+        return {"tokens": native.token_pieces(ids, s.engine.token_bytes)}
+    return {"tokens": ids}
 
 
 async def detokenize(request: Request) -> Response:
@@ -393,7 +407,7 @@ async def detokenize(request: Request) -> Response:
     bad = [t for t in tokens if not 0 <= t < n_vocab]
     if bad:
         raise value_error("tokens", f"has token id {bad[0]}, outside the vocabulary (0..{n_vocab - 1})")
-    return JSONResponse({"content": s.engine.detokenize(tokens)})
+    return JSONResponse({"content": await asyncio.to_thread(s.engine.detokenize, tokens)})
 
 
 async def apply_template(request: Request) -> Response:
@@ -401,7 +415,7 @@ async def apply_template(request: Request) -> Response:
     body = await read_json(request)
     messages = parse_messages(body.get("messages"))
     try:
-        return JSONResponse({"prompt": s.engine.chat_prompt(messages)})
+        return JSONResponse({"prompt": await asyncio.to_thread(s.engine.chat_prompt, messages)})
     except EngineRejected as exc:
         raise value_error("messages", f": {exc}") from None
 
@@ -435,9 +449,13 @@ async def messages(request: Request) -> Response:
     body = await read_json(request)
     info = s.engine.info
     model = check_model(body, info.names, s.strict_model)
-    req = anth.parse_messages_request(body, info.n_vocab, tokenizer_of(s))
-    ids = chat_ids(s, req.messages)
-    streams = submit_all(s, [build(req.gen, ids, req.max_tokens, None, 0, info.n_ctx)])
+
+    def prepare() -> tuple[anth.MessagesRequest, list[int]]:
+        req = anth.parse_messages_request(body, info.n_vocab, tokenizer_of(s))
+        return req, chat_ids(s, req.messages)
+
+    req, ids = await asyncio.to_thread(prepare)
+    streams = await submit_all(s, [build(req.gen, ids, req.max_tokens, None, 0, info.n_ctx)])
     mid = "msg_" + uuid.uuid4().hex[:24]
     if req.stream:
         return EventStreamResponse(_anthropic_stream(streams[0], mid, model, len(ids)), streams[0].cancel)
@@ -476,7 +494,7 @@ async def count_tokens(request: Request) -> Response:
     body = await read_json(request)
     req = anth.parse_messages_request(body, s.engine.info.n_vocab, tokenizer_of(s), count_only=True)
     try:
-        return JSONResponse({"input_tokens": len(s.engine.chat_ids(req.messages))})
+        return JSONResponse({"input_tokens": len(await asyncio.to_thread(s.engine.chat_ids, req.messages))})
     except EngineRejected as exc:
         raise value_error("messages", f": {exc}") from None
 

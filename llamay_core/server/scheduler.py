@@ -453,8 +453,8 @@ class Scheduler:
             z = logits.astype(np.float64)
             top = z.max()
             lp = z - (top + np.log(np.exp(z - top).sum()))
-        # Banned or masked tokens have -inf; JSON has no infinity, so they read as OpenAI's floor.
-        lp = np.maximum(lp, LOGPROB_FLOOR)
+        # Banned or masked tokens have -inf; JSON has no infinity (nor NaN), so they read as OpenAI's floor.
+        lp = np.nan_to_num(np.maximum(lp, LOGPROB_FLOOR), nan=LOGPROB_FLOOR, posinf=0.0)
         alternatives, ids = [], []
         if n_top:
             best = np.argpartition(-lp, n_top - 1)[:n_top]

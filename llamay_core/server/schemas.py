@@ -18,6 +18,8 @@ import attrs
 from llamay_core.server.engine_api import ConstraintSpec
 
 MAX_STOP_STRINGS = 16
+MAX_STOP_LENGTH = 512  # characters: every token is checked against every stop string's prefixes
+MAX_LOGIT_BIAS = 1e6  # keeps biased logits finite
 MAX_COMPLETION_LOGPROBS = 5
 MAX_CHAT_TOP_LOGPROBS = 20
 MAX_N_PROBS = 20
@@ -253,6 +255,8 @@ def _stop(body: Mapping[str, Any], name: str) -> tuple[str, ...]:
         raise type_error(name, "a string or a list of strings")
     if len(stop) > MAX_STOP_STRINGS:
         raise value_error(name, f"has {len(stop)} strings; at most {MAX_STOP_STRINGS} are allowed")
+    if any(len(s) > MAX_STOP_LENGTH for s in stop):
+        raise value_error(name, f"has a string longer than {MAX_STOP_LENGTH} characters")
     return tuple(s for s in stop if s)
 
 
@@ -261,6 +265,8 @@ def _bias_value(value: Any, param: str) -> float:
         return -math.inf  # llama.cpp: false bans the token
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
         raise type_error(param, "a finite number or false")
+    if abs(value) > MAX_LOGIT_BIAS:
+        raise value_error(param, f"must be between -{MAX_LOGIT_BIAS:g} and {MAX_LOGIT_BIAS:g} (false bans the token)")
     return float(value)
 
 

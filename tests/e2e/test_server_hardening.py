@@ -83,6 +83,8 @@ BAD_VALUES = [
     ("deep nesting under the limit of json but over ours", b'{"prompt": "a", "x": ' + b"[" * 100 + b"]" * 100 + b"}"),
     ("not UTF-8", b'{"prompt": "caf\xe9"}'),
     ("lone surrogate", b'{"prompt": "\\ud800"}'),
+    ("stop string too long", {"prompt": "a", "stop": ["x" * 600]}),
+    ("logit_bias too large to stay finite", {"prompt": "a", "logit_bias": {"5": 1e300}}),
     ("grammar that does not compile", {"prompt": "a", "grammar": "root ::= ("}),
     ("two constraints", {"prompt": "a", "grammar": 'root ::= "x"', "json_schema": {"type": "object"}}),
     ("image content", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
@@ -330,3 +332,13 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+def test_many_messages_cost_linear_time(live):
+    """The chat prompt's content spans are found in one scan (5000 messages: about a second)."""
+    engine = live.app.state.llamay.engine
+    messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"} for i in range(5001)]
+    start = time.monotonic()
+    ids = engine.chat_ids(messages)
+    assert time.monotonic() - start < 20
+    assert ids.count(live.model.tokenizer.token_to_id("<|im_end|>")) == 5001

@@ -24,7 +24,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "prefill-chunk", dest="prefill_chunk", type=positive_int, default=256,
          help="most prompt tokens fed per step, so long prompts do not stall others (default 256)")
     flag(p, "ctx", "-c", type=positive_int, default=None,
-         help="context each request may use (prompt + output); the KV cache holds it for every sequence")
+         help="KV cache size in tokens, shared out among the -concurrency sequences as in llama-server "
+              "(each request may use ctx/concurrency; default: 4096 per sequence)")
     flag(p, "kv", default="f32", help="KV cache dtype: f32, f16, vq8")
     flag(p, "cache-mib", dest="cache_mib", type=float, default=256.0,
          help="prefix cache budget in MiB (0 = off; default 256)")
@@ -60,7 +61,13 @@ def run(args: argparse.Namespace) -> int:
         if not value > 0 or value == float("inf"):
             raise UsageError(f"-{name.replace('_', '-')} must be a positive number of seconds, got {value}")
     name = args.model or DEFAULT_MODEL
-    m = llamay.load(name, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv,
+    n_ctx = None
+    if args.ctx is not None:
+        n_ctx = args.ctx // args.concurrency
+        if n_ctx < 1:
+            raise UsageError(f"-ctx {args.ctx} is smaller than -concurrency {args.concurrency}: "
+                             "each sequence needs at least one token of context")
+    m = llamay.load(name, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     n_seq=args.concurrency, ubatch=args.batch, prefix_cache_mib=args.cache_mib or None)
     lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
     sock = listen_socket(args.host, args.port)

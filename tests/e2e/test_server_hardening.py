@@ -284,7 +284,8 @@ def test_a_dead_scheduler_shows_on_healthz_and_the_server_exits_non_zero(tiny_pa
 
 def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
     """`llamay serve -batch 8` with the default concurrency starts; the id is the file's stem plus
-    -alias; SIGTERM with -shutdown-timeout 1 ends a long generation within a few seconds."""
+    -alias; -ctx is split among the slots; SIGTERM with -shutdown-timeout 1 ends a long generation
+    within a few seconds."""
     import signal
     import subprocess
     import sys
@@ -295,7 +296,7 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
     path = write_tiny_llama(tmp_path / "tiny-cmd.gguf")  # tied: greedy text never reaches EOS
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", str(path),
-                             "-backend", "reference", "-port", str(port), "-ctx", "2048", "-batch", "8",
+                             "-backend", "reference", "-port", str(port), "-ctx", "24000", "-batch", "8",
                              "-alias", "friendly", "-shutdown-timeout", "1"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -313,6 +314,8 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
             time.sleep(0.1)
         listed = httpx.get(base + "/v1/models").json()["data"]
         assert [(m["id"], m["aliases"]) for m in listed] == [("tiny-cmd", ["tiny-cmd", "friendly"])]
+        props = httpx.get(base + "/props").json()  # -ctx is shared out among the 8 slots, as llama-server
+        assert props["total_slots"] == 8 and props["default_generation_settings"]["n_ctx"] == 3000
         with httpx.stream("POST", base + "/v1/completions", timeout=60,
                           json={"prompt": "drain", "max_tokens": 2000, "temperature": 0, "stream": True}) as r:
             lines = r.iter_lines()

@@ -422,8 +422,8 @@ async def apply_template(request: Request) -> Response:
 
 async def props(request: Request) -> Response:
     if request.method == "POST":
-        raise ApiError(403, "this server does not allow changing its properties", type="permission_error",
-                       code="forbidden")
+        raise ApiError(501, "this server does not support changing its properties", type="not_supported_error",
+                       code="not_supported")
     return JSONResponse(native.props_body(state(request).engine.info, f"llamay {__version__}"))
 
 

@@ -126,7 +126,7 @@ def final_body(index: int, text: str, tokens: list[int], prompt_text: str, req: 
         "stop": True, "model": model, "tokens_predicted": end.usage.completion_tokens,
         "tokens_evaluated": end.usage.prompt_tokens,
         "generation_settings": generation_settings(req.gen, n_ctx, req.max_tokens, model),
-        "prompt": prompt_text, "has_new_line": "\n" in text, "truncated": False,
+        "prompt": prompt_text, "has_new_line": "\n" in text, "truncated": end.truncated,
         "stop_type": end.stop_type, "stopping_word": end.stop_word,
         "tokens_cached": end.usage.prompt_tokens + end.usage.completion_tokens,
         "timings": timings_body(end.timings),

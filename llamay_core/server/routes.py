@@ -100,9 +100,9 @@ def check_length(s: ServerState, ids: list[int], param: str) -> list[int]:
     if not ids:
         raise value_error(param, "is empty")
     if len(ids) >= n_ctx:
-        raise ApiError(400, f"the prompt has {len(ids)} tokens; the context holds {n_ctx} "
-                            "(leave room for at least one generated token)", param=param,
-                       code="context_length_exceeded")
+        raise ApiError(400, f"the request exceeds the available context size: the prompt has {len(ids)} tokens "
+                            f"and the context holds {n_ctx} (leave room for at least one generated token)",
+                       param=param, code="context_length_exceeded")
     return ids
 
 

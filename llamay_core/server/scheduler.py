@@ -110,6 +110,7 @@ class Finished:
     stop_type: str = "none"
     stop_word: str = ""
     timings: Timings = attrs.field(factory=Timings)
+    truncated: bool = False  # stopped because the context was full (llama-server's `truncated`)
 
 
 Event = Delta | Finished
@@ -150,6 +151,7 @@ class Job:
         self.drafts: list[int] = []
         self.done = False
         self.stop_type = "none"
+        self.truncated = False
 
     @property
     def prefilling(self) -> bool:
@@ -301,7 +303,9 @@ class Scheduler:
                     from llamay_core.speculative.ngram import NgramDrafter
 
                     job.drafter = NgramDrafter()
-                job.max_tokens = max(1, min(job.max_tokens, model.n_ctx - len(job.prompt_ids)))
+                room = model.n_ctx - len(job.prompt_ids)
+                job.truncated = job.max_tokens > room  # the context, not the request, sets the limit
+                job.max_tokens = max(1, min(job.max_tokens, room))
             except Exception as exc:
                 self._fail(job, exc)
         self.n_running = len(self._running)
@@ -499,4 +503,5 @@ class Scheduler:
                           predicted_ms=(now - job.first_token_at) * 1e3 if job.first_token_at else 0.0,
                           cache_n=job.cached_tokens)
         self.totals.add(timings)
-        job.notify(Finished(reason, usage, error, job.stop_type, job.text.stop_word if job.text else "", timings))
+        job.notify(Finished(reason, usage, error, job.stop_type, job.text.stop_word if job.text else "", timings,
+                            truncated=job.truncated and job.stop_type == "limit"))

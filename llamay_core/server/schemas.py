@@ -392,7 +392,7 @@ class CompletionRequest:
     chat: bool
     prompts: tuple[str | list[int], ...] = ()
     messages: tuple[dict[str, Any], ...] = ()
-    max_tokens: int | None = None  # None: until the context is full
+    max_tokens: int | None = None  # None: until the end of text or of the context
     n: int = 1
     gen: Generation = attrs.field(factory=Generation)
     stream: bool = False
@@ -440,8 +440,12 @@ def parse_request(body: dict[str, Any], chat: bool, n_vocab: int, tokenize: Toke
     else:
         messages = ()
         prompts = parse_prompts(body.get("prompt"), required=True)
-        max_tokens = integer(body, "max_tokens", 16, minimum=1)
+        max_tokens = optional_int(body, "max_tokens", minimum=1)
         logprobs = optional_int(body, "logprobs", minimum=0, maximum=MAX_COMPLETION_LOGPROBS)
+    if max_tokens is None and body.get("n_predict") is not None:
+        # No max_tokens: llama-server's n_predict, else until the end of text or of the context.
+        n_predict = integer(body, "n_predict", -1, minimum=-1)
+        max_tokens = None if n_predict == -1 else n_predict
     if len(prompts) * n > MAX_BATCH_PROMPTS:
         raise value_error("n", f"asks for {len(prompts) * n} completions; at most {MAX_BATCH_PROMPTS} per request")
     stream = boolean(body, "stream", False)

@@ -261,3 +261,19 @@ def test_response_fields_and_assistant_prefill(live):
     im_end = live.model.tokenizer.token_to_id("<|im_end|>")
     ids = live.app.state.llamay.engine.chat_ids(messages)
     assert ids.count(im_end) == 1  # the prefill's look-alike marker is text
+
+
+def test_context_limits_as_llama_server(live):
+    """A prompt over the context is a 400 naming it; output cut by the context is `truncated`."""
+    r = live.client.post("/completion", json={"prompt": "x " * 300, "n_predict": 4})
+    assert r.status_code == 400 and "exceeds the available context size" in r.json()["error"]["message"]
+    n_prompt = len(live.model.tokenize("the", parse_special=True))
+    full = live.client.post("/completion", json={"prompt": "the", "n_predict": -1, "ignore_eos": True,
+                                                 "temperature": 0}).json()
+    assert full["truncated"] is True and full["timings"]["predicted_n"] == 256 - n_prompt
+    short = live.client.post("/completion", json={"prompt": "the", "n_predict": 4, "ignore_eos": True}).json()
+    assert short["truncated"] is False and short["stop_type"] == "limit"
+    unbounded = live.client.post("/v1/completions", json={"prompt": "the", "ignore_eos": True}).json()
+    assert unbounded["usage"]["completion_tokens"] == 256 - n_prompt  # no max_tokens: until the context is full
+    by_n_predict = live.client.post("/v1/completions", json={"prompt": "the", "n_predict": 3, "ignore_eos": True})
+    assert by_n_predict.json()["usage"]["completion_tokens"] == 3

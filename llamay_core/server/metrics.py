@@ -89,6 +89,10 @@ class _LlamaServerNames:
 
         yield counter("prompt_tokens", "Number of prompt tokens processed.", t.prompt_tokens)
         yield counter("prompt_seconds", "Prompt process time", t.prompt_seconds)
+        yield counter("prompt_tokens_cache", "Prompt tokens taken from the prompt cache.", t.cached_tokens)
+        seen = t.cached_tokens + t.prompt_tokens
+        yield gauge("prompt_cache_hit_ratio", "Share of prompt tokens taken from the prompt cache.",
+                    t.cached_tokens / seen if seen else 0.0)
         yield counter("tokens_predicted", "Number of generation tokens processed.", t.predicted_tokens)
         yield counter("tokens_predicted_seconds", "Predict process time", t.predicted_seconds)
         yield counter("n_decode", "Total number of llama_decode() calls", s.steps)

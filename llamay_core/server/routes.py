@@ -430,16 +430,18 @@ async def props(request: Request) -> Response:
 async def slots(request: Request) -> Response:
     s = state(request)
     listing = s.engine.slots()
-    if request.query_params.get("fail_on_no_slot") not in (None, "", "0", "false") and all(
-            sl["is_processing"] for sl in listing):
+    # As llama-server, the parameter's presence asks for it, whatever its value.
+    if "fail_on_no_slot" in request.query_params and all(sl["is_processing"] for sl in listing):
         raise ApiError(503, "no slot available", type="unavailable_error", code="no_slot_available")
     return JSONResponse(listing)
 
 
 async def not_supported(request: Request) -> Response:
-    """Endpoints llama-server has behind flags llamay does not offer (embeddings, reranking, infill)."""
+    """Endpoints llama-server has behind flags llamay does not offer: embeddings, reranking, infill,
+    and slot save/restore (which would write and read server files named by the client)."""
     path = request.url.path
-    what = "embeddings" if "embedding" in path else "reranking" if "rerank" in path else "infill"
+    what = ("embeddings" if "embedding" in path else "reranking" if "rerank" in path else
+            "slots action" if path.startswith("/slots/") else "infill")
     raise ApiError(501, f"this server does not support {what}", type="not_supported_error", code="not_supported")
 
 
@@ -561,7 +563,7 @@ def routes() -> list[Route]:
         (("/healthz",), healthz, ["GET"]),
         (("/metrics",), metrics_page, ["GET"]),
         (("/embedding", "/embeddings", "/v1/embeddings", "/rerank", "/reranking", "/v1/rerank", "/v1/reranking",
-          "/infill"), not_supported, ["POST"]),
+          "/infill", "/slots/{id_slot}"), not_supported, ["POST"]),
     ]
     return [Route(path, handler, methods=methods) for paths, handler, methods in table for path in paths]
 

@@ -52,10 +52,12 @@ class Totals:
         self.prompt_seconds = 0.0
         self.predicted_tokens = 0
         self.predicted_seconds = 0.0
+        self.cached_tokens = 0
         self.busy_slots = 0  # sequences summed over steps: / steps = average batch
 
     def add(self, t: "Timings") -> None:
         self.prompt_tokens += t.prompt_n
+        self.cached_tokens += t.cache_n
         self.prompt_seconds += t.prompt_ms / 1e3
         self.predicted_tokens += t.predicted_n
         self.predicted_seconds += t.predicted_ms / 1e3

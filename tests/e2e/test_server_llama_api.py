@@ -196,8 +196,10 @@ def test_models_without_prefix_and_meta(live):
 
 
 def test_unsupported_endpoints_are_501(live):
-    r = live.client.post("/v1/embeddings", json={"input": "x"})
-    assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
+    for path, body in (("/v1/embeddings", {"input": "x"}), ("/slots/0?action=save", {"filename": "../x.bin"}),
+                       ("/slots/0?action=restore", {"filename": "/etc/passwd"})):
+        r = live.client.post(path, json=body)
+        assert r.status_code == 501 and r.json()["error"]["type"] == "not_supported_error"
 
 
 def test_anthropic_messages(live):
@@ -245,7 +247,7 @@ def test_metrics_have_llama_server_names(live):
     assert metric(text, "llamacpp:tokens_predicted_total") >= 2
     assert metric(text, "llamacpp:prompt_tokens_total") >= 1
     assert metric(text, "llamacpp:n_decode_total") >= 1
-    for name in ("llamacpp:kv_cache_usage_ratio", "llamacpp:requests_processing", "llamacpp:requests_deferred",
+    for name in ("llamacpp:kv_cache_usage_ratio", "llamacpp:prompt_tokens_cache_total", "llamacpp:prompt_cache_hit_ratio", "llamacpp:requests_processing", "llamacpp:requests_deferred",
                  "llamay_generated_tokens_total", "llamay_requests_total"):
         metric(text, name)
 

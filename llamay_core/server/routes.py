@@ -15,7 +15,7 @@ import uuid
 from typing import Any, AsyncIterator, Callable, Sequence
 
 import attrs
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -76,6 +76,8 @@ async def read_json(request: Request) -> dict[str, Any]:
     except TimeoutError:
         raise ApiError(408, f"the request body did not arrive within {s.read_timeout_s:g} s",
                        code="request_timeout", headers={"Connection": "close"}) from None
+    except ClientDisconnect:  # nobody will read the answer; this just ends the request quietly
+        raise ApiError(400, "the client went away before sending the whole body") from None
     return parse_json(b"".join(parts))
 
 
@@ -188,6 +190,8 @@ async def merged(streams: list[RequestStream]) -> AsyncIterator[tuple[int, Event
 
 @attrs.define
 class Outcome:
+    """One choice's whole answer, collected from its events."""
+
     text: list[str] = attrs.field(factory=list)
     tokens: list[int] = attrs.field(factory=list)
     logprobs: list[TokenLogprob] = attrs.field(factory=list)
@@ -281,13 +285,14 @@ class LiveTimings:
         self.first = [0.0] * len(prompt_lengths)
         self.tokens = [0] * len(prompt_lengths)
 
-    def update(self, i: int, n_tokens: int) -> Timings:
-        now = time.perf_counter()
+    def count(self, i: int, n_tokens: int) -> None:
         if not self.first[i]:
-            self.first[i] = now
+            self.first[i] = time.perf_counter()
         self.tokens[i] += n_tokens
+
+    def now(self, i: int) -> Timings:
         return Timings(prompt_n=self.prompt[i], prompt_ms=(self.first[i] - self.start) * 1e3,
-                       predicted_n=self.tokens[i], predicted_ms=(now - self.first[i]) * 1e3)
+                       predicted_n=self.tokens[i], predicted_ms=(time.perf_counter() - self.first[i]) * 1e3)
 
 
 async def _openai_stream(streams: list[RequestStream], req: Any, rid: str, created: int,
@@ -300,13 +305,13 @@ async def _openai_stream(streams: list[RequestStream], req: Any, rid: str, creat
     ends: list[Finished] = []
     async for i, event in merged(streams):
         if isinstance(event, Delta):
-            timings = clock.update(i, len(event.tokens))
+            clock.count(i, len(event.tokens))
             if not event.text and not event.logprobs:
                 continue
             lp = builders[i].shape(event.logprobs) if builders[i] is not None else None
             chunk = fmt.chunk_body(rid, created, model, chat, index=i, text=event.text, logprobs=lp)
             if req.timings:
-                chunk["timings"] = fmt.timings_body(timings)
+                chunk["timings"] = fmt.timings_body(clock.now(i))
             yield sse_data(chunk)
             continue
         if event.reason == "cancelled":

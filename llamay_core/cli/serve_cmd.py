@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
+from pathlib import Path
 
 from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int
 from llamay_core.files.model_names import DEFAULT_MODEL
@@ -13,21 +15,33 @@ def configure(p: argparse.ArgumentParser) -> None:
     model_flag(p)
     flag(p, "host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     flag(p, "port", type=non_negative_int, default=8080, help="TCP port (default 8080)")
-    flag(p, "concurrency", type=positive_int, default=8,
-         help="sequences decoded together; sizes the KV cache (default 8)")
+    flag(p, "concurrency", "-np", "--parallel", type=positive_int, default=8,
+         help="sequences decoded together (llama-server's -np); sizes the KV cache (default 8)")
     flag(p, "queue", type=non_negative_int, default=64,
          help="requests that may wait for a place in the batch before 503 (default 64)")
-    flag(p, "batch", type=positive_int, default=512, help="most tokens in one forward pass (default 512)")
+    flag(p, "batch", "-b", "-ub", "--ubatch-size", type=positive_int, default=512,
+         help="most tokens in one forward pass; a larger step runs as several passes (default 512)")
     flag(p, "prefill-chunk", dest="prefill_chunk", type=positive_int, default=256,
          help="most prompt tokens fed per step, so long prompts do not stall others (default 256)")
-    flag(p, "ctx", "-c", type=positive_int, default=None, help="context size per sequence")
+    flag(p, "ctx", "-c", type=positive_int, default=None,
+         help="KV cache size in tokens, shared out among the -concurrency sequences as in llama-server "
+              "(each request may use ctx/concurrency; default: 4096 per sequence)")
     flag(p, "kv", default="f32", help="KV cache dtype: f32, f16, vq8")
     flag(p, "cache-mib", dest="cache_mib", type=float, default=256.0,
          help="prefix cache budget in MiB (0 = off; default 256)")
     flag(p, "api-key", dest="api_key", default=None,
-         help="require 'Authorization: Bearer KEY' on every endpoint but /healthz")
+         help="require 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY') on every endpoint but the health checks")
+    flag(p, "alias", action="append", default=[], help="another name the model answers to (repeatable)")
+    flag(p, "strict-model", dest="strict_model", action="store_true",
+         help="answer 404 to requests naming a model other than the served one or its aliases")
+    flag(p, "cors-origins", dest="cors_origins", default="",
+         help="comma-separated origins browsers may call from ('*' for any; default none)")
     flag(p, "max-body", dest="max_body", type=positive_int, default=1 << 20,
          help="largest request body in bytes (default 1 MiB)")
+    flag(p, "read-timeout", dest="read_timeout", type=float, default=30.0,
+         help="seconds a client has to send a whole request (default 30)")
+    flag(p, "shutdown-timeout", dest="shutdown_timeout", type=float, default=30.0,
+         help="seconds in-flight requests may run on after SIGTERM before they are cancelled (default 30)")
     flag(p, "lookup", action="store_true", help="speculate with prompt lookup (n-gram drafts)")
     flag(p, "spec", default="none", choices=["none", "ngram"], help="speculative decoding: ngram = -lookup")
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="drafts per step (default 8)")
@@ -35,32 +49,53 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uvicorn
-
     import llamay
     from llamay_core.errors import UsageError
     from llamay_core.server.app import create_app
+    from llamay_core.server.runner import Runner
 
     if args.cache_mib < 0:
         raise UsageError(f"-cache-mib must be >= 0, got {args.cache_mib}")
-    m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv,
+    for name in ("read_timeout", "shutdown_timeout"):
+        value = getattr(args, name)
+        if not value > 0 or value == float("inf"):
+            raise UsageError(f"-{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+    name = args.model or DEFAULT_MODEL
+    n_ctx = None
+    if args.ctx is not None:
+        n_ctx = args.ctx // args.concurrency
+        if n_ctx < 1:
+            raise UsageError(f"-ctx {args.ctx} is smaller than -concurrency {args.concurrency}: "
+                             "each sequence needs at least one token of context")
+    m = llamay.load(name, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     n_seq=args.concurrency, ubatch=args.batch, prefix_cache_mib=args.cache_mib or None)
     lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
-    app = create_app(m, lookup_draft_max=lookup, max_running=args.concurrency, max_waiting=args.queue, prefill_chunk=args.prefill_chunk,
-                     api_key=args.api_key, max_body_bytes=args.max_body)
     sock = listen_socket(args.host, args.port)
+    runner = Runner(sock, read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout)
+    origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()]
+    app = create_app(m, lookup_draft_max=lookup, max_running=args.concurrency, max_waiting=args.queue,
+                     prefill_chunk=args.prefill_chunk, api_key=args.api_key, max_body_bytes=args.max_body,
+                     model_id=served_name(name), aliases=args.alias, strict_model=args.strict_model,
+                     cors_origins=origins, read_timeout_s=args.read_timeout,
+                     shutdown_timeout_s=args.shutdown_timeout, on_fatal=runner.on_fatal)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, host=args.host, port=port, log_level="warning", access_log=False, lifespan="on")
-    sys.stderr.write(f"llamay serve: {m.display_name} on {m.backend_name}, "
+    sys.stderr.write(f"llamay serve: {served_name(name)} on {m.backend_name}, "
                      f"http://{args.host}:{port}/v1 (concurrency {args.concurrency}, ctx {m.n_ctx})\n")
     if not args.api_key and args.host not in ("127.0.0.1", "localhost", "::1"):
         sys.stderr.write(f"llamay serve: warning: listening on {args.host} without -api-key: "
                          "anyone who can reach this address can use the model\n")
     sys.stderr.flush()
-    # uvicorn handles SIGTERM/SIGINT: it stops accepting, lets in-flight requests finish, then runs
-    # the app's shutdown, which drains the scheduler.
-    uvicorn.Server(config).run(sockets=[sock])
-    return 0
+    code = runner.run(app)
+    if code:
+        sys.stderr.write("llamay serve: the scheduler stopped after an internal error; exiting\n")
+    return code
+
+
+def served_name(model: str) -> str:
+    """The id clients see: the name the user served (`smollm2:135m`), or a file's stem."""
+    if model.endswith(".gguf") or "/" in model or os.sep in model:
+        return Path(model).stem
+    return model
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

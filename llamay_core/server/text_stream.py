@@ -21,6 +21,7 @@ class TextStream:
         self.longest = max((len(s) for s in self.stop), default=0)
         self.pending = ""
         self.stopped = False
+        self.stop_word = ""  # the stop string that ended the text, once one has
 
     def push(self, token: int) -> str:
         """Add one token; return the text that can be shown now (may be empty)."""
@@ -42,6 +43,7 @@ class TextStream:
             return out
         hit = _first_stop(self.pending, self.stop)
         if hit is not None:
+            self.stop_word = next(s for s in self.stop if self.pending.find(s) == hit)
             out, self.pending = self.pending[:hit], ""
             self.stopped = True
             return out

@@ -7,11 +7,11 @@ pre-tokenizer family enables it, then UTF-8 with invalid bytes replaced.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 from llamay_core.tokenizer.bpe import BpeEncoder, symbols_to_bytes
 from llamay_core.tokenizer.pretokenize import PreTokenizerSpec, pretokenizer_spec
-from llamay_core.tokenizer.special import SpecialMatcher
+from llamay_core.tokenizer.special import Fragment, SpecialMatcher
 from llamay_core.tokenizer.spm import SPACE_ESCAPE, SpmEncoder
 from llamay_core.tokenizer.vocab import (
     ATTR_BYTE,
@@ -134,12 +134,30 @@ class Tokenizer:
         `<|im_start|>` becomes its control token; otherwise only user-defined tokens are
         recognised and control-token text is tokenized as ordinary text.
         """
-        text = _valid_unicode(text)
+        return self._encode_fragments(self._special.partition(_valid_unicode(text), parse_special), add_special)
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]], add_special: bool = True) -> list[int]:
+        """Token ids for the concatenation of `parts`, each a (text, parse_special) pair.
+
+        A chat prompt is the template's own text (whose markers are control tokens) around
+        message contents (whose look-alike markers must stay plain text, or a user could close
+        their turn). Raw text on both sides of a part boundary is joined before encoding, so
+        the ids equal `encode` of the whole text wherever no special token is involved.
+        """
+        fragments: list[Fragment] = []
+        for text, parse_special in parts:
+            for frag in self._special.partition(_valid_unicode(text), parse_special):
+                if isinstance(frag, str) and fragments and isinstance(fragments[-1], str):
+                    fragments[-1] += frag
+                else:
+                    fragments.append(frag)
+        return self._encode_fragments(fragments, add_special)
+
+    def _encode_fragments(self, fragments: list[Fragment], add_special: bool) -> list[int]:
         vocab = self.vocab
         out: list[int] = []
         if add_special and vocab.add_bos:
             out.append(vocab.special_ids["bos"])
-        fragments = self._special.partition(text, parse_special)
         encoder = self._encoder
         if isinstance(encoder, SpmEncoder):
             # SentencePiece adds its space prefix to the text at the start and after each special.

@@ -13,6 +13,7 @@ from llamay_core.files.gguf_file import GGUFFile, open_gguf
 from llamay_core.files.model_names import KNOWN_MODELS, resolve_model
 from llamay_core.graph.model_spec import ModelSpec
 from llamay_core.plugins_runtime.manager import get_registry
+from llamay_core.progress import slow_step
 
 DEFAULT_CTX = 4096
 
@@ -104,11 +105,13 @@ def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx:
     if missing_ops:  # the ops it lacks run on a fallback backend (engine/split.py)
         from llamay_core.engine.split import compile_split
 
-        store, executable = compile_split(spec.graph, gguf.tensors, kv_spec, backend_name, backend_obj, create_backend)
+        with slow_step("compiling kernels (one time)"):
+            store, executable = compile_split(spec.graph, gguf.tensors, kv_spec, backend_name, backend_obj, create_backend)
     else:
         weights = backend_obj.load_weights({n: gguf.tensors[n] for n in spec.graph.weight_names()})
         store = backend_obj.kv_store(kv_spec)
-        executable = backend_obj.compile(spec.graph, weights, store)
+        with slow_step("compiling kernels (one time)"):
+            executable = backend_obj.compile(spec.graph, weights, store)
     display = spec_text if spec_text in KNOWN_MODELS else str(gguf.metadata.get("general.name") or path.stem)
     m = Model(gguf=gguf, spec=spec, tokenizer=tokenizer, backend_name=backend_name, backend=backend_obj,
               kv_spec=kv_spec, store=store, executable=executable, n_ctx=ctx,

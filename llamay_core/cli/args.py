@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import re
 import sys
 from typing import Any, NoReturn, Sequence
 
@@ -39,6 +40,14 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        choice = re.match(r"argument (\S+): invalid choice: '(.*)' \(choose from (.*)\)$", message)
+        if choice:
+            # Python < 3.12.8 quotes the choices, later versions do not
+            options = re.findall(r"'([^']*)'", choice.group(3)) or [o.strip() for o in choice.group(3).split(",")]
+            close = difflib.get_close_matches(choice.group(2), options, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"choose from {', '.join(options)}"
+            what = "command" if choice.group(1) == "COMMAND" else f"value for {choice.group(1)}"
+            message = f"unknown {what} {choice.group(2)!r} ({hint})"
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 

@@ -117,7 +117,7 @@ def resolve_model(spec: str | os.PathLike[str], pull_missing: bool = True) -> Pa
             return path
         known_model(text)  # raises a helpful error for a typo'd name
     path = local_path(text)
-    if path.exists():
+    if path.is_file():  # hf:OWNER/REPO[:QUANT] names a folder: pull() finds the file in it
         return path
     if not pull_missing:
         raise ModelNotFoundError(f"model {text!r} is not pulled yet (run: llamay pull {text})")

@@ -92,7 +92,8 @@ class AcceptedAndIgnored(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        sys.stderr.write(f"note: {option_string} {values} ignored: {self.help}\n")
+        given = f"{option_string} {values}" if values not in (None, []) else str(option_string)
+        sys.stderr.write(f"note: {given} ignored: {self.help}\n")
 
 
 def model_flag(parser: argparse.ArgumentParser, required: bool = True) -> None:

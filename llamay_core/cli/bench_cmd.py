@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.cli.version_cmd import cpu_features
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
-    from llamay_core.progress import progress_bar
+    from llamay_core.progress import PROGRESS, progress_bar
     from llamay_core.version import __version__
 
     pg = None
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads or default_threads()
     n_ctx = max(args.prompt + args.d, args.d + args.gen + 1, (pg[0] + pg[1]) if pg else 0, 256) + 16
     t0 = time.perf_counter()
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     ubatch=args.ubatch, n_seq=max(2, args.forks + 2))
     load_seconds = time.perf_counter() - t0

@@ -24,6 +24,10 @@ BUILTIN_COMMANDS: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+# ollama's names for the same commands
+ALIASES: dict[str, tuple[str, ...]] = {"models": ("list", "ls")}
+
+
 def build_parser() -> tuple[OneLineArgumentParser, dict[str, Callable[..., int]]]:
     """The parser (its subcommand parsers in `parser.commands`) and each command's run function."""
     import importlib
@@ -38,16 +42,19 @@ def build_parser() -> tuple[OneLineArgumentParser, dict[str, Callable[..., int]]
     commands: dict[str, argparse.ArgumentParser] = {}
     for name, (help_text, module_name, configure, run) in BUILTIN_COMMANDS.items():
         module = importlib.import_module(module_name)
-        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+        aliases = ALIASES.get(name, ())
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter,
+                           aliases=list(aliases))
         getattr(module, configure)(p)
-        runners[name], commands[name] = getattr(module, run), p
+        for key in (name, *aliases):
+            runners[key], commands[key] = getattr(module, run), p
     for name, info in sorted(get_registry().commands.items()):
         if name in runners:
             continue
         p = sub.add_parser(name, help=info.help, description=info.help, formatter_class=DefaultsHelpFormatter)
         info.configure(p)
         runners[name], commands[name] = info.run, p
-    for p in commands.values():
+    for p in set(commands.values()):
         if "-q" not in p._option_string_actions:
             p.add_argument("-q", "--quiet", "-quiet", action="store_true",
                            help="no progress lines or bars on stderr (warnings still show)")

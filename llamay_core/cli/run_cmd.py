@@ -5,7 +5,7 @@ import argparse
 import sys
 from typing import Any
 
-from llamay_core.cli.args import backend_flag, flag, kv_flag, model_flag, n_predict, positive_int
+from llamay_core.cli.args import AcceptedAndIgnored, backend_flag, flag, kv_flag, model_flag, n_predict, positive_int
 from llamay_core.files.model_names import DEFAULT_MODEL
 
 
@@ -29,9 +29,13 @@ def sampling_flags(p: argparse.ArgumentParser, n_default: int) -> None:
                    help="CPU threads for backends that use them (default: the backend's choice)")
     kv_flag(p)
     backend_flag(p)
+    p.add_argument("--jinja", "-jinja", action=AcceptedAndIgnored, nargs=0, default=None,
+                   help="llamay always renders the GGUF's own jinja chat template")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("words", nargs="*", metavar="[MODEL] [PROMPT]", default=[],
+                   help="as ollama: `llamay run MODEL` chats, `llamay run MODEL \"PROMPT\"` answers one chat turn")
     model_flag(p)
     p.add_argument("-p", "--prompt", "-prompt", default=None, help="the prompt text")
     p.add_argument("-f", "--file", "-file", default=None, help="read the prompt from a file (- for stdin)")
@@ -40,6 +44,8 @@ def configure(p: argparse.ArgumentParser) -> None:
          help="wrap the prompt in the model's chat format; with no -p/-f, chat interactively")
     p.add_argument("-cnv", "--conversation", "-conversation", dest="cnv", action="store_true",
                    help="interactive chat, as llama.cpp's -cnv (a -p prompt is then the system message)")
+    p.add_argument("-no-cnv", "--no-conversation", dest="cnv", action="store_false",
+                   help="no interactive chat (the default for run)")
     flag(p, "lookup", action="store_true", help="speculative decoding from n-grams in the context (= -spec ngram)")
     flag(p, "spec", choices=["ngram", "none"], default=None, help="speculative decoding: ngram (prompt lookup) or none")
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="tokens drafted per pass")
@@ -72,7 +78,9 @@ def load_for_cli(args: argparse.Namespace, n_seq: int = 1) -> Any:
     """The model the flags ask for, threads set, its kernels compiled before anything is timed."""
     import llamay
     from llamay_core.cli.warm_up import warm_up
+    from llamay_core.progress import PROGRESS
 
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv, n_seq=n_seq)
     if args.threads and hasattr(m.backend, "set_threads"):
         m.backend.set_threads(args.threads)
@@ -89,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.constrain.sources import read_grammar_file
     from llamay_core.errors import UsageError
 
+    ollama_style(args)
     if args.cnv:  # llama.cpp's conversation mode: -p is the system message
         if args.prompt is not None and args.system is None:
             args.system, args.prompt = args.prompt, None
@@ -121,6 +130,29 @@ def run(args: argparse.Namespace) -> int:
     if args.stats:
         sys.stderr.write("\n".join(m.last_stats.lines()) + "\n")
     return 0
+
+
+def ollama_style(args: argparse.Namespace) -> None:
+    """`llamay run MODEL [PROMPT]` as ollama users type it: a chat turn, or the chat itself."""
+    from pathlib import Path
+
+    from llamay_core.errors import UsageError
+    from llamay_core.files.model_names import is_model_name
+
+    words = list(args.words)
+    if not words:
+        return
+    first = words[0]
+    if args.model is None and (is_model_name(first) or first.endswith(".gguf") or Path(first).is_file()):
+        args.model = first
+        words = words[1:]
+    if words:
+        if args.prompt is not None or args.file is not None:
+            raise UsageError("give the prompt once: -p TEXT, -f FILE, or after the model name")
+        args.prompt = " ".join(words)
+    elif args.prompt is None and args.file is not None:
+        return
+    args.chat = True
 
 
 def _speculative(args: argparse.Namespace, target: Any) -> object:

@@ -8,8 +8,14 @@ from llamay_core.progress import slow_step
 
 
 def warm_up(model: Any) -> None:
-    """Run a two-token pass (the prefill path) and a one-token pass (the decode path), then forget them."""
-    token = model.tokenizer.bos_id if model.tokenizer.bos_id is not None and model.tokenizer.bos_id >= 0 else 0
+    """Run a two-token pass (the prefill path) and a one-token pass (the decode path), then forget them.
+
+    Only for backends that compile (they report `compile_seconds`); `reference` compiles nothing.
+    """
+    if not hasattr(model.backend, "compile_seconds"):
+        return
+    bos = model.tokenizer.bos_id
+    token = bos if bos is not None and bos >= 0 else 0
     ctx = model.context()
     try:
         with slow_step("compiling kernels (one time)"):

@@ -126,3 +126,21 @@ def test_models_lists_sizes_and_downloads_and_rm_removes(tmp_path, monkeypatch, 
     capsys.readouterr()
     assert main(["rm", "smollm2"]) == 2
     assert "not downloaded" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("words, model, prompt, chat", [
+    (["smollm2", "Why", "is", "the", "sky", "blue?"], "smollm2", "Why is the sky blue?", True),
+    (["Qwen2.5-Coder"], "Qwen2.5-Coder", None, True),
+    (["tell me a joke"], None, "tell me a joke", True),
+])
+def test_ollama_style_run_model_prompt(parser, words, model, prompt, chat):
+    from llamay_core.cli.run_cmd import ollama_style
+
+    args = parse(parser, "run", *words)
+    ollama_style(args)
+    assert (args.model, args.prompt, args.chat) == (model, prompt, chat)
+
+
+def test_ollama_command_names(capsys):
+    assert main(["list"]) == 0 and "smollm2:135m" in capsys.readouterr().out
+    assert main(["ls"]) == 0 and "gemma3:270m" in capsys.readouterr().out

@@ -64,3 +64,18 @@ def test_slow_steps_speak_only_when_slow():
     with slow_step("compiling kernels (one time)", after=0.05):
         time.sleep(0.4)
     assert "compiling kernels (one time)" in term.getvalue()
+
+
+def test_warm_up_runs_only_on_backends_that_compile(tiny_model_path, monkeypatch):
+    import llamay
+    from llamay_core.cli.warm_up import warm_up
+
+    m = llamay.load(tiny_model_path, backend="reference", n_ctx=64, n_seq=1)
+    passes = []
+    run = m.forward.run
+    m.forward.run = lambda seq, ids, **kw: passes.append(len(ids)) or run(seq, ids, **kw)
+    warm_up(m)
+    assert passes == []
+    monkeypatch.setattr(m.backend, "compile_seconds", 0.0, raising=False)
+    warm_up(m)
+    assert passes == [2, 1] and m.pool.pages_in_use == 0

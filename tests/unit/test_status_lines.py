@@ -79,3 +79,32 @@ def test_warm_up_runs_only_on_backends_that_compile(tiny_model_path, monkeypatch
     monkeypatch.setattr(m.backend, "compile_seconds", 0.0, raising=False)
     warm_up(m)
     assert passes == [2, 1] and m.pool.pages_in_use == 0
+
+
+def test_a_first_pass_compile_is_not_counted_in_stats(tiny_model_path, monkeypatch, capsys):
+    """A backend that JIT-compiles on its first pass (as Numba does): -stats must not time it."""
+    import re
+
+    import llamay
+    from llamay_core.cli.main import main
+
+    real_load = llamay.load
+
+    def load_with_jit(*args, **kwargs):
+        m = real_load(*args, **kwargs)
+        monkeypatch.setattr(m.backend, "compile_seconds", 0.0, raising=False)
+        run, compiled = m.forward.run, []
+
+        def first_pass_compiles(seq, ids, **kw):
+            if not compiled:
+                time.sleep(1.0)
+                compiled.append(True)
+            return run(seq, ids, **kw)
+        m.forward.run = first_pass_compiles
+        return m
+
+    monkeypatch.setattr(llamay, "load", load_with_jit)
+    assert main(["run", "-m", str(tiny_model_path), "-backend", "reference", "-p", "the cat", "-n", "2", "-stats"]) == 0
+    stats = capsys.readouterr().err
+    prompt_s = float(re.search(r"prompt \d+ tokens in ([0-9.]+)s", stats).group(1))
+    assert prompt_s < 0.5, stats

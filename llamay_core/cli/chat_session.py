@@ -68,6 +68,9 @@ class ChatSession:
                 pieces.append(piece)
                 yield piece
         finally:
+            # Ctrl-C inside a pass can leave KV written past the context's tokens: drop it.
+            if self.ctx.seq.length > len(self.ctx.tokens):
+                self.ctx.seq.truncate(len(self.ctx.tokens))
             self.messages.append({"role": "assistant", "content": "".join(pieces)})
             if self.model.last_stats is not None:
                 self.last_stats = attrs.evolve(self.model.last_stats, prompt_tokens=len(ids), cached_tokens=keep)

@@ -134,3 +134,26 @@ def test_the_repl_in_a_terminal(chat_gguf):
         child.close()
     assert child.exitstatus == 0
     assert (chat_gguf.parent / "home" / "chat_history").exists()
+
+
+def test_an_interrupted_reply_keeps_the_context_consistent(chat_gguf):
+    from llamay_core.cli.chat_session import ChatSession
+
+    m = llamay.load(chat_gguf, backend="reference", n_ctx=256, ubatch=4, n_seq=1)
+    session = ChatSession(m, max_tokens=4)
+    run_many = m.forward.run_many
+    calls = []
+
+    def interrupted(chunks, **kw):  # Ctrl-C after the first of several prefill passes
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return run_many(chunks, **kw)
+
+    m.forward.run_many = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        "".join(session.reply("the cat sat on the mat"))
+    assert session.ctx.seq.length == len(session.ctx.tokens)
+    m.forward.run_many = run_many
+    "".join(session.reply("the cat"))
+    assert session.ctx.seq.length == len(session.ctx.tokens) > 0

@@ -144,3 +144,12 @@ def test_ollama_style_run_model_prompt(parser, words, model, prompt, chat):
 def test_ollama_command_names(capsys):
     assert main(["list"]) == 0 and "smollm2:135m" in capsys.readouterr().out
     assert main(["ls"]) == 0 and "gemma3:270m" in capsys.readouterr().out
+
+
+def test_grammar_inline_and_from_a_file(tiny_model_path, tmp_path, capsys):
+    common = ["run", "-m", str(tiny_model_path), "-backend", "reference", "-p", "x", "-n", "8"]
+    assert main([*common, "--grammar", 'root ::= "the cat"']) == 0
+    assert capsys.readouterr().out == "the cat\n"
+    (tmp_path / "g.gbnf").write_text('root ::= "he"')
+    assert main([*common, "-grammar-file", str(tmp_path / "g.gbnf")]) == 0
+    assert capsys.readouterr().out == "he\n"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import sys
 import threading
 from typing import Any, Iterator
@@ -25,9 +26,11 @@ def progress_bar(total: int | None, desc: str, unit: str = "it", byte_sizes: boo
     """A tqdm bar on stderr (a no-op bar when progress is off). byte_sizes: show KiB/MiB and a rate."""
     from tqdm import tqdm
 
+    # tqdm hides its bar on a terminal that reports no size (some pseudo-terminals): assume 100x24
+    size = shutil.get_terminal_size((100, 24))
     return tqdm(total=total, desc=desc, unit="B" if byte_sizes else unit, unit_scale=byte_sizes,
                 unit_divisor=1024 if byte_sizes else 1000, file=sys.stderr, leave=leave,
-                disable=not progress_enabled(), dynamic_ncols=True)
+                disable=not progress_enabled(), ncols=size.columns or 100, nrows=size.lines or 24)
 
 
 @contextlib.contextmanager

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     ops, model = args.level in ("all", "op"), args.level in ("all", "model") and not args.case
     with progress_bar(len(names), "conformance", unit="backend") as bar:
         for name in names:
-            bar.set_description(f"conformance: {name} ({' and '.join(x for x, on in (('ops', ops), ('model', model)) if on)})")
+            levels = " and ".join(x for x, on in (("ops", ops), ("model", model)) if on)
+            bar.set_description(f"conformance: {name} ({levels})")
             report = suite.check(name, ops=ops, model=model, case_ids=args.case)
             bar.update(1)
             reports.append(report)

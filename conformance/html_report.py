@@ -90,7 +90,8 @@ def op_type_table(report: Any, all_ops: Iterable[str]) -> str:
             text = "FAIL" if worst is None else f"{worst:.1e}"
             if r["failed"]:
                 text += f" ({r['failed']}/{r['cases']} fail)"
-            tip = f"{r['cases']} cases, worst NMSE {worst}, limit {r['limit']}" + (" (graph split)" if r["split"] else "")
+            tip = f"{r['cases']} cases, worst NMSE {worst}, limit {r['limit']}"
+            tip += " (graph split)" if r["split"] else ""
             cells.append(f"<td class='cell' style='background:{nmse_colour(worst, r['limit'], passed)}' "
                          f"title='{_e(tip)}'>{_e(text)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
@@ -118,16 +119,17 @@ def kld_tables(report: Any) -> str:
 def backend_section(report: Any, all_ops: Iterable[str], llamay_version: str) -> str:
     verdict = "skipped" if report.skipped else ("PASS" if report.passed else "FAIL")
     cls = "meta" if report.skipped else ("pass" if report.passed else "fail")
+    model = f"model {report.model or '(op level only)'}" + (f" ({report.model_hash})" if report.model_hash else "")
+    measured_on = (f"backend {report.backend} {report.version}".strip(), f"device {report.device or '?'}", model,
+                   f"llamay {llamay_version}")
     parts = [f"<h2>{_e(report.backend)} <span class='{cls}'>{verdict}</span></h2>",
-             "<p class='meta'>" + " · ".join(_e(x) for x in (
-                 f"backend {report.backend} {report.version}".strip(), f"device {report.device or '?'}",
-                 f"model {report.model or '(op level only)'}" + (f" ({report.model_hash})" if report.model_hash else ""),
-                 f"llamay {llamay_version}")) + "</p>"]
+             "<p class='meta'>" + " · ".join(_e(x) for x in measured_on) + "</p>"]
     if report.skipped:
         parts.append(f"<p>skipped: {_e(report.skipped)}</p>")
         return "<section>" + "".join(parts) + "</section>"
     if report.missing_ops:
-        parts.append(f"<p>lacks ops {_e(', '.join(report.missing_ops))}: they ran on the fallback backend (graph split)</p>")
+        parts.append(f"<p>lacks ops {_e(', '.join(report.missing_ops))}: "
+                     "they ran on the fallback backend (graph split)</p>")
     parts.append("<h3>Ops × weight types: worst NMSE against reference</h3>")
     parts.append(op_type_table(report, all_ops))
     failed = [c for c in report.cases if not c.passed]
@@ -151,7 +153,8 @@ def html_page(reports: list[Any]) -> str:
     from llamay_conformance.limits import LIMITS
 
     stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    legend = table([{"op": op, "NMSE limit": f"{limit:.0e}", "why": why} for op, (limit, why) in sorted(LIMITS.items())])
+    legend = table([{"op": op, "NMSE limit": f"{limit:.0e}", "why": why}
+                    for op, (limit, why) in sorted(LIMITS.items())])
     sections = "".join(backend_section(r, OP_NAMES, __version__) for r in reports)
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>llamay conformance</title>"
             f"<style>{STYLE}</style></head><body><h1>llamay conformance</h1>"

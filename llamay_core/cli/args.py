@@ -128,7 +128,8 @@ class KvType(argparse.Action):
             parser.error(f"argument {option_string}: unknown KV type {values!r} (choose from f32, f16, vq8 or q8_0)")
         earlier = getattr(namespace, "kv_given_by", None)
         if earlier and earlier[1] != kv and option_string in ("-ctk", "-ctv", "--cache-type-k", "--cache-type-v"):
-            parser.error(f"{earlier[0]} {earlier[1]} and {option_string} {kv} differ: llamay keeps K and V in one dtype")
+            parser.error(f"{earlier[0]} {earlier[1]} and {option_string} {kv} differ: "
+                         "llamay keeps K and V in one dtype")
         namespace.kv_given_by = (option_string, kv)
         namespace.kv = kv
 

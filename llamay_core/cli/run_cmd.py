@@ -51,7 +51,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="tokens drafted per pass")
     flag(p, "md", "-model-draft", "--model-draft", dest="model_draft", default=None,
          help="a draft model (same backend) for speculative decoding")
-    flag(p, "json-schema", "-j", dest="json_schema", default=None, help="constrain the output to a JSON Schema (FILE or JSON)")
+    flag(p, "json-schema", "-j", dest="json_schema", default=None,
+         help="constrain the output to a JSON Schema (FILE or JSON)")
     flag(p, "grammar", default=None, help="constrain the output to this GBNF (or Lark) grammar text")
     flag(p, "grammar-file", dest="grammar_file", default=None, help="constrain the output to the grammar in FILE")
     flag(p, "regex", default=None, help="constrain the output to a regular expression")

@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.cli.version_cmd import cpu_features
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
-    from llamay_core.progress import PROGRESS, progress_bar
+    from llamay_core.progress import PROGRESS, progress_bar, slow_step
     from llamay_core.version import __version__
 
     pg = None
@@ -81,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
     load_seconds = time.perf_counter() - t0
     if hasattr(m.backend, "set_threads"):
         m.backend.set_threads(threads)
-    check_backend(m)  # raises (exit 3) before any number is printed
+    with slow_step(f"checking {m.backend_name} against reference (first use of this model)"):
+        check_backend(m)  # raises (exit 3) before any number is printed
 
     widths = [w for w in (32, 64, 128, 256, 512) if w <= max(args.prompt, 32)] if args.sweep == "ub" else []
     lengths = sweep_lengths(args.prompt) if args.sweep == "prompt" else []

@@ -26,8 +26,8 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llamay_core.plugins_runtime.manager import get_registry
     from llamay_conformance.model_level import Effort
+    from llamay_conformance.case_progress import CaseProgress
     from llamay_conformance.runner import Conformance
-    from llamay_core.progress import progress_bar
 
     registry = get_registry()
     if args.backend == "all":
@@ -35,18 +35,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         registry.backend_info(args.backend)
         names = [args.backend]
-    suite = Conformance(model=args.model, effort=Effort.full() if args.full else Effort(), seed=args.seed)
+    progress = CaseProgress()
+    suite = Conformance(model=args.model, effort=Effort.full() if args.full else Effort(), seed=args.seed,
+                        create=progress.create)
     reports = []
     ops, model = args.level in ("all", "op"), args.level in ("all", "model") and not args.case
-    with progress_bar(len(names), "conformance", unit="backend") as bar:
-        for name in names:
-            levels = " and ".join(x for x, on in (("ops", ops), ("model", model)) if on)
-            bar.set_description(f"conformance: {name} ({levels})")
+    levels = " and ".join(x for x, on in (("ops", ops), ("model", model)) if on)
+    for i, name in enumerate(names):
+        with progress.checking(name, f"conformance {i + 1}/{len(names)}: {name} ({levels})") as bar:
             report = suite.check(name, ops=ops, model=model, case_ids=args.case)
-            bar.update(1)
-            reports.append(report)
-            if args.output == "md":
-                bar.write(report.markdown(), file=sys.stdout)
+        reports.append(report)
+        if args.output == "md":
+            bar.write(report.markdown(), file=sys.stdout)
     if args.output == "json":
         json.dump([r.as_json() for r in reports], sys.stdout, indent=1)
         print()

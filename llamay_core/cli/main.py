@@ -63,7 +63,7 @@ def build_parser() -> tuple[OneLineArgumentParser, dict[str, Callable[..., int]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    from llamay_core.cli.status_lines import show_status_lines
+    from llamay_core.cli.status_lines import status_lines
     from llamay_core.errors import LlamayError
 
     parser, runners = build_parser()
@@ -73,9 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extras:
         parser.commands[args.command].unknown_arguments(extras)
-    show_status_lines(quiet=getattr(args, "quiet", False))
     try:
-        return int(runners[args.command](args) or 0)
+        with status_lines(quiet=getattr(args, "quiet", False)):
+            return int(runners[args.command](args) or 0)
     except LlamayError as exc:
         sys.stderr.write(f"llamay {args.command}: error: {exc}\n")
         return exc.exit_code

@@ -5,10 +5,11 @@ is not given; warnings (logger "llamay", e.g. a skipped backend) always show.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
-from typing import TextIO
+from typing import Iterator, TextIO
 
 
 class ElapsedFormatter(logging.Formatter):
@@ -47,15 +48,22 @@ class StatusHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def show_status_lines(quiet: bool = False, stream: TextIO | None = None) -> None:
-    """Route the "llamay" loggers to `stream` (default stderr); call once per command."""
+@contextlib.contextmanager
+def status_lines(quiet: bool = False, stream: TextIO | None = None) -> Iterator[None]:
+    """Route the "llamay" loggers to `stream` (default stderr) while a command runs, then undo it
+    (so a command run in-process, as tests do, leaves logging as it found it)."""
     stream = stream or sys.stderr
     logger = logging.getLogger("llamay")
-    for old in [h for h in logger.handlers if isinstance(h, StatusHandler)]:
-        logger.removeHandler(old)
+    saved = (logger.level, logger.propagate)
     handler = StatusHandler(stream)
     handler.setFormatter(ElapsedFormatter(time.time()))
     logger.addHandler(handler)
     logger.propagate = False
     interactive = hasattr(stream, "isatty") and stream.isatty()
     logger.setLevel(logging.INFO if interactive and not quiet else logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]

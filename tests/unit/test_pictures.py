@@ -72,3 +72,28 @@ def test_html_cells_are_coloured_against_the_limit():
     assert nmse_colour(None, 1e-7, False) == nmse_colour(1e-3, 1e-7, False)  # failures: one red
     far, near = nmse_colour(1e-14, 1e-7, True), nmse_colour(0.9e-7, 1e-7, True)
     assert far == "hsl(130, 65%, 80%)" and near == "hsl(31, 65%, 80%)"  # green far under, orange near
+
+
+def test_conformance_counts_cases_on_a_progress_bar(tiny_path, capsys, monkeypatch):
+    import json
+    import logging
+    import re
+
+    import contextlib
+
+    import llamay_core.cli.status_lines as status_lines
+
+    lines = status_lines.status_lines
+
+    @contextlib.contextmanager
+    def as_on_a_terminal(quiet=False):
+        with lines(quiet):
+            logging.getLogger("llamay").setLevel(logging.INFO)
+            yield
+
+    monkeypatch.setattr(status_lines, "status_lines", as_on_a_terminal)
+    code = main(["conformance", "-backend", "reference", "-m", str(tiny_path), "-level", "op", "-o", "json"])
+    captured = capsys.readouterr()
+    cases = json.loads(captured.out)[0]["cases"]
+    counts = [int(n) for n in re.findall(r"reference \(ops\): (\d+)case", captured.err)]
+    assert code == 0 and counts and counts[-1] == len(cases) > 50

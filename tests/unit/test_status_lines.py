@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from llamay_core.cli.status_lines import StatusHandler, show_status_lines
+from llamay_core.cli.status_lines import status_lines
 from llamay_core.progress import progress_bar, progress_enabled, slow_step
 
 
@@ -17,24 +17,15 @@ class Terminal(io.StringIO):
         return True
 
 
-@pytest.fixture(autouse=True)
-def restore_loggers():
-    logger = logging.getLogger("llamay")
-    yield
-    for h in [h for h in logger.handlers if isinstance(h, StatusHandler)]:
-        logger.removeHandler(h)
-    logger.setLevel(logging.NOTSET)
-    logger.propagate = True
-
-
 def test_a_terminal_gets_progress_lines_with_elapsed_time_once_each():
     term = Terminal()
-    show_status_lines(stream=term)
-    assert progress_enabled()
-    logging.getLogger("llamay.progress").info("checking %s against reference (first use of this model)", "cpu")
-    logging.getLogger("llamay.progress").info("compiling kernels (one time)")
-    logging.getLogger("llamay.progress").info("compiling kernels (one time)")
-    logging.getLogger("llamay").warning("skipping cuda: no device")
+    with status_lines(stream=term):
+        assert progress_enabled()
+        logging.getLogger("llamay.progress").info("checking %s against reference (first use of this model)", "cpu")
+        logging.getLogger("llamay.progress").info("compiling kernels (one time)")
+        logging.getLogger("llamay.progress").info("compiling kernels (one time)")
+        logging.getLogger("llamay").warning("skipping cuda: no device")
+    assert not progress_enabled() and logging.getLogger("llamay").propagate  # left as it was found
     lines = term.getvalue().splitlines()
     assert len(lines) == 3, lines
     assert re.fullmatch(r"\[\s+\d+\.\ds\] checking cpu against reference \(first use of this model\)", lines[0])
@@ -44,25 +35,25 @@ def test_a_terminal_gets_progress_lines_with_elapsed_time_once_each():
 
 @pytest.mark.parametrize("stream, quiet", [(io.StringIO(), False), (Terminal(), True)])
 def test_off_a_terminal_or_with_q_only_warnings_show(stream, quiet):
-    show_status_lines(quiet=quiet, stream=stream)
-    assert not progress_enabled()
-    logging.getLogger("llamay.progress").info("compiling kernels (one time)")
-    with progress_bar(10, "bench") as bar:
-        bar.update(10)
-    logging.getLogger("llamay").warning("skipping cuda")
+    with status_lines(quiet=quiet, stream=stream):
+        assert not progress_enabled()
+        logging.getLogger("llamay.progress").info("compiling kernels (one time)")
+        with progress_bar(10, "bench") as bar:
+            bar.update(10)
+        logging.getLogger("llamay").warning("skipping cuda")
     assert stream.getvalue().splitlines() == [stream.getvalue().splitlines()[0]]
     assert stream.getvalue().rstrip().endswith("warning: skipping cuda")
 
 
 def test_slow_steps_speak_only_when_slow():
     term = Terminal()
-    show_status_lines(stream=term)
-    with slow_step("compiling kernels (one time)", after=0.2):
-        pass
-    time.sleep(0.3)
-    assert term.getvalue() == ""  # a warm run says nothing
-    with slow_step("compiling kernels (one time)", after=0.05):
-        time.sleep(0.4)
+    with status_lines(stream=term):
+        with slow_step("compiling kernels (one time)", after=0.2):
+            pass
+        time.sleep(0.3)
+        assert term.getvalue() == ""  # a warm run says nothing
+        with slow_step("compiling kernels (one time)", after=0.05):
+            time.sleep(0.4)
     assert "compiling kernels (one time)" in term.getvalue()
 
 

@@ -75,11 +75,10 @@ def test_html_cells_are_coloured_against_the_limit():
 
 
 def test_conformance_counts_cases_on_a_progress_bar(tiny_path, capsys, monkeypatch):
+    import contextlib
     import json
     import logging
     import re
-
-    import contextlib
 
     import llamay_core.cli.status_lines as status_lines
 

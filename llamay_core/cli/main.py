@@ -67,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     from llamay_core.errors import LlamayError
 
     parser, runners = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0].startswith("-") and words[0] not in ("-h", "--help", "--version", "-version"):
+        # llama-cli's habit, `llamay -m MODEL -p TEXT`: say where the command goes
+        parser.error(f"a command comes first, e.g. llamay run {' '.join(words[:4])} (see llamay -h)")
     args, extras = parser.parse_known_args(argv)
     if not args.command:
         parser.print_help()

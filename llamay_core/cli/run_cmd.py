@@ -27,10 +27,17 @@ def sampling_flags(p: argparse.ArgumentParser, n_default: int) -> None:
                    help="context size in tokens (default: the model's, at most 4096)")
     p.add_argument("-t", "--threads", "-threads", dest="threads", type=positive_int, default=None,
                    help="CPU threads for backends that use them (default: the backend's choice)")
+    p.add_argument("-ub", "--ubatch-size", "-b", "--batch-size", dest="ubatch", type=positive_int, default=256,
+                   help="most prompt tokens per forward pass")
+    flag(p, "ignore-eos", dest="ignore_eos", action="store_true", help="keep generating past end-of-text tokens")
     kv_flag(p)
     backend_flag(p)
     p.add_argument("--jinja", "-jinja", action=AcceptedAndIgnored, nargs=0, default=None,
                    help="llamay always renders the GGUF's own jinja chat template")
+    p.add_argument("-fa", "--flash-attn", action=AcceptedAndIgnored, nargs="?", default=None, metavar="on|off|auto",
+                   help="each backend chooses its own attention kernel")
+    p.add_argument("--mlock", "--no-mmap", action=AcceptedAndIgnored, nargs=0, default=None,
+                   help="llamay memory-maps the GGUF and lets the OS page it")
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -82,7 +89,8 @@ def load_for_cli(args: argparse.Namespace, n_seq: int = 1) -> Any:
     from llamay_core.progress import PROGRESS
 
     PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
-    m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv, n_seq=n_seq)
+    m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv, n_seq=n_seq,
+                    ubatch=args.ubatch)
     if args.threads and hasattr(m.backend, "set_threads"):
         m.backend.set_threads(args.threads)
     warm_up(m)
@@ -91,7 +99,8 @@ def load_for_cli(args: argparse.Namespace, n_seq: int = 1) -> Any:
 
 def sampling_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"temperature": args.temp, "seed": args.seed, "top_k": args.top_k, "top_p": args.top_p,
-            "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "stop": args.stop}
+            "min_p": args.min_p, "repeat_penalty": args.repeat_penalty, "stop": args.stop,
+            "ignore_eos": args.ignore_eos}
 
 
 def run(args: argparse.Namespace) -> int:

@@ -59,6 +59,7 @@ def test_llama_cpp_aliases_share_one_meaning(parser):
     (["run", "-n", "0"], "expected a number >= 1, or -1"),
     (["chta"], "did you mean chat?"),
     (["bench", "-plt", "x.png"], "did you mean -plot?"),
+    (["-m", "smollm2", "-p", "hi"], "a command comes first, e.g. llamay run -m smollm2 -p hi"),
 ])
 def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -153,3 +154,10 @@ def test_grammar_inline_and_from_a_file(tiny_model_path, tmp_path, capsys):
     (tmp_path / "g.gbnf").write_text('root ::= "he"')
     assert main([*common, "-grammar-file", str(tmp_path / "g.gbnf")]) == 0
     assert capsys.readouterr().out == "he\n"
+
+
+def test_llama_cpp_flags_without_a_meaning_here_are_accepted_with_a_note(parser, capsys):
+    args = parse(parser, "run", "-fa", "--mlock", "--jinja", "-ub", "64", "--ignore-eos", "-p", "x")
+    assert args.ubatch == 64 and args.ignore_eos and args.prompt == "x"
+    err = capsys.readouterr().err
+    assert "note: -fa ignored" in err and "note: --mlock ignored" in err and "note: --jinja ignored" in err

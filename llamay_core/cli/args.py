@@ -80,11 +80,12 @@ class HuggingFaceModel(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         setattr(namespace, self.dest, values)
-        if self.dest == "hf_repo_id":
-            namespace.model = f"hf:{values}"
-        repo, file = getattr(namespace, "hf_repo", None), getattr(namespace, "hf_file", None)
+        repo = getattr(namespace, "hf_repo", None) or getattr(namespace, "hf_repo_id", None)
+        file = getattr(namespace, "hf_file", None)
         if repo and file:
-            namespace.model = f"hf:{repo}/{file}"
+            namespace.model = f"hf:{repo.split(':')[0]}/{file}"
+        elif repo:
+            namespace.model = f"hf:{repo}"
 
 
 class AcceptedAndIgnored(argparse.Action):

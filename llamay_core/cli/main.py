@@ -77,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if extras:
         parser.commands[args.command].unknown_arguments(extras)
+    if getattr(args, "hf_file", None) and not str(args.model or "").startswith("hf:"):
+        parser.commands[args.command].error("-hff FILE needs the repository too: -hf OWNER/REPO or -hfr OWNER/REPO")
     try:
         with status_lines(quiet=getattr(args, "quiet", False)):
             return int(runners[args.command](args) or 0)

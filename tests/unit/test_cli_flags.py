@@ -35,6 +35,8 @@ def test_llama_cpp_short_flags_are_not_split_or_prefix_matched(parser, capsys):
     (["-hf", "someone/repo:Q8_0"], "hf:someone/repo:Q8_0"),
     (["-hfr", "someone/repo", "-hff", "x.gguf"], "hf:someone/repo/x.gguf"),
     (["-hff", "x.gguf", "-hfr", "someone/repo"], "hf:someone/repo/x.gguf"),
+    (["-hf", "someone/repo:Q8_0", "-hff", "x.gguf"], "hf:someone/repo/x.gguf"),
+    (["-hfr", "someone/repo"], "hf:someone/repo"),
 ])
 def test_hugging_face_flags_name_an_hf_model(parser, argv, model):
     assert parse(parser, "run", *argv, "-p", "x").model == model
@@ -60,6 +62,7 @@ def test_llama_cpp_aliases_share_one_meaning(parser):
     (["chta"], "did you mean chat?"),
     (["bench", "-plt", "x.png"], "did you mean -plot?"),
     (["-m", "smollm2", "-p", "hi"], "a command comes first, e.g. llamay run -m smollm2 -p hi"),
+    (["run", "-hff", "x.gguf", "-p", "hi"], "-hff FILE needs the repository too"),
 ])
 def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_:

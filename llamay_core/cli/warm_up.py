@@ -7,8 +7,13 @@ from typing import Any
 from llamay_core.progress import slow_step
 
 
+# Pass widths that reach each kind of kernel a backend may specialise: a wide prefill tile, a
+# narrow one, and single-token decode.
+WARM_PASSES = (32, 2, 1)
+
+
 def warm_up(model: Any) -> None:
-    """Run a two-token pass (the prefill path) and a one-token pass (the decode path), then forget them.
+    """Run one pass of each width in WARM_PASSES on a scratch context, then forget it.
 
     Only for backends that compile (they report `compile_seconds`); `reference` compiles nothing.
     """
@@ -19,7 +24,9 @@ def warm_up(model: Any) -> None:
     ctx = model.context()
     try:
         with slow_step("compiling kernels (one time)"):
-            ctx.extend([token, token])
-            ctx.extend([token])
+            for width in WARM_PASSES:
+                width = min(width, model.n_ctx - len(ctx.tokens))
+                if width > 0:
+                    ctx.extend([token] * width)
     finally:
         ctx.close()

@@ -97,11 +97,18 @@ class AcceptedAndIgnored(argparse.Action):
         sys.stderr.write(f"note: {given} ignored: {self.help}\n")
 
 
+def model_name(text: str) -> str:
+    """A known model's canonical name (`SmolLM2` -> `smollm2:135m`); anything else as typed."""
+    from llamay_core.files.model_names import canonical_name
+
+    return canonical_name(text) or text
+
+
 def model_flag(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """-m/--model, llama.cpp's Hugging Face spellings (-hf, -hfr, -hff) and its -ngl."""
     from llamay_core.files.model_names import DEFAULT_MODEL
 
-    parser.add_argument("-m", "--model", "-model", required=False, default=None if required else DEFAULT_MODEL,
+    parser.add_argument("-m", "--model", "-model", type=model_name, default=None if required else DEFAULT_MODEL,
                         help=f"a .gguf path or a model name, any case; a family alone picks its default size "
                              f"(default {DEFAULT_MODEL})")
     parser.add_argument("-hf", "--hf-repo", "-hf-repo", dest="hf_repo_id", action=HuggingFaceModel, default=None,

@@ -28,6 +28,7 @@ def test_llama_cpp_short_flags_are_not_split_or_prefix_matched(parser, capsys):
     assert args.cnv and args.ctx is None  # not "-ctx nv"
     assert parse(parser, "run", "-sys", "be brief").system == "be brief"
     assert parse(parser, "run", "--system-prompt", "hi").system == "hi"
+    assert parse(parser, "run", "-m", "SmolLM2").model == "smollm2:135m"
 
 
 @pytest.mark.parametrize("argv, model", [

@@ -147,14 +147,14 @@ def ollama_style(args: argparse.Namespace) -> None:
     from pathlib import Path
 
     from llamay_core.errors import UsageError
-    from llamay_core.files.model_names import is_model_name
+    from llamay_core.files.model_names import canonical_name, is_model_name
 
     words = list(args.words)
     if not words:
         return
     first = words[0]
     if args.model is None and (is_model_name(first) or first.endswith(".gguf") or Path(first).is_file()):
-        args.model = first
+        args.model = canonical_name(first) or first
         words = words[1:]
     if words:
         if args.prompt is not None or args.file is not None:

@@ -134,8 +134,8 @@ def test_models_lists_sizes_and_downloads_and_rm_removes(tmp_path, monkeypatch, 
 
 
 @pytest.mark.parametrize("words, model, prompt, chat", [
-    (["smollm2", "Why", "is", "the", "sky", "blue?"], "smollm2", "Why is the sky blue?", True),
-    (["Qwen2.5-Coder"], "Qwen2.5-Coder", None, True),
+    (["smollm2", "Why", "is", "the", "sky", "blue?"], "smollm2:135m", "Why is the sky blue?", True),
+    (["Qwen2.5-Coder"], "qwen2.5-coder:0.5b", None, True),
     (["tell me a joke"], None, "tell me a joke", True),
 ])
 def test_ollama_style_run_model_prompt(parser, words, model, prompt, chat):

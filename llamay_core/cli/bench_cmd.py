@@ -5,23 +5,26 @@ import argparse
 import os
 import sys
 import time
+from typing import Any, Callable
 
-from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int
+from llamay_core.cli.args import backend_flag, flag, kv_flag, model_flag, non_negative_int, positive_int
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     model_flag(p)
-    flag(p, "prompt", type=non_negative_int, default=512, help="prompt tokens (0 skips prefill)")
-    flag(p, "gen", type=non_negative_int, default=128, help="generated tokens (0 skips decode)")
+    flag(p, "prompt", "-p", "--n-prompt", type=non_negative_int, default=512, help="prompt tokens (0 skips prefill)")
+    flag(p, "gen", "-n", "--n-gen", type=non_negative_int, default=128, help="generated tokens (0 skips decode)")
     flag(p, "reps", "-r", type=positive_int, default=3, help="repetitions; the best is reported")
     flag(p, "threads", "-t", type=positive_int, default=None, help="threads (default: physical cores)")
-    flag(p, "kv", default="f32", help="KV cache dtype: f32, f16, vq8")
+    kv_flag(p)
     flag(p, "ubatch", "-ub", type=positive_int, default=256, help="prefill tile width")
     flag(p, "o", default="md", choices=["md", "json", "jsonl", "csv", "sql"], help="output format")
     flag(p, "pg", default=None, help="P,G: a P-token prompt then G generated tokens, timed together")
     flag(p, "d", "-depth", type=non_negative_int, default=0, help="measure with DEPTH tokens already cached")
-    flag(p, "sweep", action="store_true", help="prefill across tile widths")
-    flag(p, "progress", action="store_true", help="progress on stderr")
+    flag(p, "sweep", nargs="?", const="ub", choices=["ub", "prompt"], default=None,
+         help="prefill across tile widths (-sweep or -sweep ub) or prompt lengths up to -prompt (-sweep prompt)")
+    flag(p, "plot", default=None, metavar="FILE.png", help="draw the -sweep as a PNG (needs llamay[plot])")
+    flag(p, "progress", action="store_true", help="a line per repetition on stderr, even when it is not a terminal")
     flag(p, "forks", type=non_negative_int, default=0, help="also measure fork xN, snapshot and restore")
     flag(p, "spec", choices=["ngram"], default=None, help="compare speculative (ngram) against plain decoding")
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="tokens drafted per pass")
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.host_info import cpu_features
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
+    from llamay_core.progress import PROGRESS, progress_bar, slow_step
     from llamay_core.version import __version__
 
     pg = None
@@ -64,16 +68,26 @@ def run(args: argparse.Namespace) -> int:
             assert len(pg) == 2 and pg[0] >= 1 and pg[1] >= 1
         except (ValueError, AssertionError):
             raise UsageError(f"-pg expects P,G with both >= 1, got {args.pg!r}") from None
+    if args.plot and not args.sweep:
+        raise UsageError("-plot draws a sweep: add -sweep (tile widths) or -sweep prompt (prompt lengths)")
+    if args.sweep and not args.prompt:
+        raise UsageError("-sweep measures prefill: it needs -prompt N > 0")
     threads = args.threads or default_threads()
     n_ctx = max(args.prompt + args.d, args.d + args.gen + 1, (pg[0] + pg[1]) if pg else 0, 256) + 16
-    progress = (lambda line: sys.stderr.write(line + "\n")) if args.progress else None
     t0 = time.perf_counter()
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     ubatch=args.ubatch, n_seq=max(2, args.forks + 2))
     load_seconds = time.perf_counter() - t0
     m.backend.set_threads(threads)
-    check_backend(m)  # raises (exit 3) before any number is printed
+    with slow_step(f"checking {m.backend_name} against reference (first use of this model)"):
+        check_backend(m)  # raises (exit 3) before any number is printed
 
+    widths = [w for w in (32, 64, 128, 256, 512) if w <= max(args.prompt, 32)] if args.sweep == "ub" else []
+    lengths = sweep_lengths(args.prompt) if args.sweep == "prompt" else []
+    steps = args.reps * (bool(args.prompt) + bool(args.gen) + bool(pg) + len(widths) + len(lengths))
+    bar = progress_bar(steps, "bench", unit="run")
+    progress = repetition_progress(bar, args.progress)
     if args.spec:
         return _bench_speculative(m, args, progress)
     bench = Bench(m, reps=args.reps, progress=progress)
@@ -95,9 +109,11 @@ def run(args: argparse.Namespace) -> int:
         samples.append(Sample("ttft", "ttft", args.prompt, seconds=list(prefill.seconds), note="time to first token"))
     if pg:
         samples.append(bench.prompt_then_generate(*pg))
-    if args.sweep and args.prompt:
-        widths = [w for w in (32, 64, 128, 256, 512) if w <= max(args.prompt, 32)]
+    if widths:
         samples.extend(bench.sweep(args.prompt, widths))
+    if lengths:
+        samples.extend(bench.sweep_prompt(lengths))
+    bar.close()
     extra_lines: list[str] = []
     if args.forks:
         if not prefill:
@@ -125,8 +141,33 @@ def run(args: argparse.Namespace) -> int:
         "ubatch": m.forward.ubatch, "reps": args.reps, "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     formatter = FORMATS[args.o]
+    if args.plot:
+        from llamay_core.bench.plot import plot_sweep
+
+        extra_lines.append(f"plot: {plot_sweep(samples, cond, args.plot)}")
     print(markdown(cond, samples, extra_lines) if formatter is None else formatter(cond, samples))
     return 0
+
+
+def sweep_lengths(n_prompt: int) -> list[int]:
+    """Prompt lengths doubling from 16 up to (and ending at) `n_prompt`."""
+    lengths = []
+    n = 16
+    while n < n_prompt:
+        lengths.append(n)
+        n *= 2
+    return lengths + [n_prompt]
+
+
+def repetition_progress(bar: Any, lines: bool) -> Callable[[str], None]:
+    """Bench's per-repetition callback: advance the bar (and print the line with -progress)."""
+    def progress(line: str) -> None:
+        bar.set_description(line.split(" ")[0])
+        bar.set_postfix_str(line.split(": ", 1)[-1])
+        bar.update(1)
+        if lines:
+            bar.write(line, file=sys.stderr)
+    return progress
 
 
 def _bench_speculative(m, args: argparse.Namespace, progress) -> int:

@@ -21,12 +21,14 @@ def run(args: argparse.Namespace) -> int:
     import llamay
     from llamay_core.bench.benchfork import benchfork
     from llamay_core.bench.gate import check_backend
+    from llamay_core.progress import slow_step
     from llamay_core.bench.measure import fmt_seconds
     from llamay_core.files.model_names import DEFAULT_MODEL
 
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, kv_dtype=args.kv,
                     n_ctx=args.prompt + 12 + args.gen + 16, n_seq=3)
-    check_backend(m)
+    with slow_step(f"checking {m.backend_name} against reference (first use of this model)"):
+        check_backend(m)  # raises (exit 3) before any number is printed
     progress = (lambda line: sys.stderr.write(line + "\n")) if args.progress else None
     r = benchfork(m, args.prompt, args.questions, args.gen, progress=progress)
     same = sum(a == b for a, b in zip(r.forked_tokens, r.scratch_tokens))

@@ -10,7 +10,7 @@ from llamay_core.cli.args import backend_flag, flag, model_flag, positive_int
 def configure(p: argparse.ArgumentParser) -> None:
     model_flag(p)
     p.add_argument("-f", "--file", "-file", required=True, help="text file to score")
-    flag(p, "ctx", "-c", type=positive_int, default=512, help="tokens per chunk (default 512)")
+    flag(p, "ctx", "-c", "--ctx-size", type=positive_int, default=512, help="tokens per chunk (default 512)")
     flag(p, "chunks", type=positive_int, default=None, help="score at most N chunks")
     backend_flag(p)
 

@@ -1,4 +1,4 @@
-"""Where constraints come from: `-json-schema FILE|JSON`, `-grammar FILE`, `-regex RE`, the
+"""Where constraints come from: `-json-schema FILE|JSON`, `-grammar TEXT`, `-grammar-file FILE`, `-regex RE`, the
 API's json_schema=/grammar=/regex=, and OpenAI's `response_format` on the server."""
 from __future__ import annotations
 

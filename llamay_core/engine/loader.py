@@ -14,6 +14,7 @@ from llamay_core.files.gguf_file import GGUFFile, open_gguf
 from llamay_core.files.model_names import KNOWN_MODELS, resolve_model
 from llamay_core.graph.model_spec import ModelSpec
 from llamay_core.plugins_runtime.manager import get_registry
+from llamay_core.progress import slow_step
 
 DEFAULT_CTX = 4096
 
@@ -136,13 +137,16 @@ class ModelBuild:
         if missing_ops:  # the ops it lacks run on a fallback backend (engine/split.py)
             from llamay_core.engine.split import compile_split
 
-            store, executable = backend_step(backend_name, "compile", compile_split, self.spec.graph,
-                                             self.gguf.tensors, self.kv_spec, backend_name, backend, create_backend)
+            with slow_step("compiling kernels (one time)"):
+                store, executable = backend_step(backend_name, "compile", compile_split, self.spec.graph,
+                                                 self.gguf.tensors, self.kv_spec, backend_name, backend,
+                                                 create_backend)
         else:
             weights = backend_step(backend_name, "load_weights", backend.load_weights,
                                    {n: self.gguf.tensors[n] for n in self.spec.graph.weight_names()})
             store = backend_step(backend_name, "kv_store", backend.kv_store, self.kv_spec)
-            executable = backend_step(backend_name, "compile", backend.compile, self.spec.graph, weights, store)
+            with slow_step("compiling kernels (one time)"):
+                executable = backend_step(backend_name, "compile", backend.compile, self.spec.graph, weights, store)
         m = Model(gguf=self.gguf, spec=self.spec, tokenizer=self.tokenizer, backend_name=backend_name,
                   backend=backend, kv_spec=self.kv_spec, store=store, executable=executable, n_ctx=self.n_ctx,
                   ubatch=min(self.ubatch, caps.max_tokens_per_pass), display_name=self.display_name)

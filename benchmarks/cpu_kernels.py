@@ -37,6 +37,8 @@ except ImportError:  # running from a checkout without `pip install -e .`
 
 import numba
 
+from llamay_backends.cpu import isa
+
 MODELS = Path.home() / ".cache" / "llamay" / "models"
 
 
@@ -330,7 +332,8 @@ def main(argv=None) -> int:
 
     print("# llamay cpu kernels benchmark")
     print(f"cpus: {os.cpu_count()}, numba {numba.__version__}, numpy {np.__version__}, "
-          f"VNNI: {K.HAS_VNNI}, load average at start: {os.getloadavg()[0]:.2f}")
+          f"kernel level: {isa.describe(set(K.FEATURES))} (LLAMAY_CPU_ISA={isa.requested()}), VNNI: {K.HAS_VNNI}, "
+          f"AVX2 dots: {K.HAS_AVX2}, load average at start: {os.getloadavg()[0]:.2f}")
     print(f"memory bandwidth (numpy sum of 1 GiB, 1 thread): {memory_bandwidth():.1f} GB/s")
     print("timing: best of runs; 1-thread rows by " + ("wall clock" if args.wall else "thread CPU time (robust to a shared machine)")
           + f", multi-thread rows by wall clock after waiting up to {args.idle_wait:g} s for idle cores")

@@ -1,30 +1,56 @@
-"""llamay's cpu backend and llama.cpp (through llama-cpp-python) measured in one run.
+"""llamay's cpu backend and llama.cpp measured in one run, on one machine, alternately.
 
-A local tool, never a dependency or a CI step: llama-cpp-python builds llama.cpp from source
-(about 15 minutes on 2 cores), e.g. `CMAKE_ARGS=-DGGML_NATIVE=ON pip install llama-cpp-python`
-into a separate venv, then run this script with that venv's python after `pip install -e .`.
+A local tool, never a dependency or a CI step. llama.cpp runs two ways, each when available:
+its own `llama-bench` binary (`-llama-bench PATH`, repeatable: e.g. a GGML_NATIVE build and
+an AVX2-only build of the llama-cpp-python sdist's vendored source, built outside the repo)
+and llama-cpp-python (when it is importable in this venv). Every rep runs each engine once,
+in turn, so host load hits them alike; the best rep is reported.
 
-Usage: python benchmarks/llama_cpp_side_by_side.py -m smollm2:135m [-prompt 512] [-gen 128] [-reps 3]
-Prints prefill (pp) and decode (tg) tok/s for both, alternating runs so load hits both alike.
+The report names the CPU model and its SIMD flags, the kernel level llamay compiled for
+(`LLAMAY_CPU_ISA=avx2` forces the AVX2-only build) and its decode activations, and for each
+llama-bench binary the CPU it reported and the GGML_* options of its build.
+
+Usage: python benchmarks/llama_cpp_side_by_side.py -m smollm2:135m [-prompt 512] [-gen 128]
+       [-reps 3] [-t 2] [-llama-bench PATH ...] [-no-python]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 
+SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
+              "avx512_bf16", "amx_int8")
 
-def llamay_rates(model: str, n_prompt: int, n_gen: int) -> tuple[float, float]:
+
+def machine() -> dict:
+    """CPU model and SIMD flags from /proc/cpuinfo."""
+    model, flags = "unknown", set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and model == "unknown":
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return {"cpu": model, "flags": [f for f in SIMD_FLAGS if f in flags]}
+
+
+def llamay_rates(model: str, n_prompt: int, n_gen: int) -> tuple[float, float, dict]:
     import llamay
     from llamay_core.bench.measure import Bench
 
     m = llamay.load(model, backend="cpu", n_ctx=n_prompt + n_gen + 32, n_seq=2)
     bench = Bench(m, reps=1)
-    return bench.prefill(n_prompt).rate, bench.decode(n_gen).rate
+    return bench.prefill(n_prompt).rate, bench.decode(n_gen).rate, m.backend.describe()
 
 
-def llama_cpp_rates(path: str, n_prompt: int, n_gen: int, threads: int) -> tuple[float, float]:
+def llama_cpp_python_rates(path: str, n_prompt: int, n_gen: int, threads: int) -> tuple[float, float]:
     from llama_cpp import Llama
 
     llm = Llama(model_path=path, n_ctx=n_prompt + n_gen + 32, n_batch=512, n_ubatch=512, n_threads=threads,
@@ -46,6 +72,35 @@ def llama_cpp_rates(path: str, n_prompt: int, n_gen: int, threads: int) -> tuple
     return pp, tg
 
 
+def llama_bench_rates(binary: str, path: str, n_prompt: int, n_gen: int, threads: int) -> tuple[float, float, dict]:
+    """pp and tg tok/s from one `llama-bench -r 1` run, and what it says about itself."""
+    cmd = [binary, "-m", path, "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"{binary} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    rows = json.loads(done.stdout)
+    pp = next(r["avg_ts"] for r in rows if r["n_prompt"] == n_prompt and r["n_gen"] == 0)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == n_gen and r["n_prompt"] == 0)
+    first = rows[0]
+    info = {"cpu_info": first.get("cpu_info"), "build_commit": first.get("build_commit"),
+            "backends": first.get("backends"), "build_options": build_options(binary)}
+    return pp, tg, info
+
+
+def build_options(binary: str) -> dict:
+    """GGML_* options from the CMakeCache.txt of the build the binary came from, if found."""
+    for parent in Path(binary).resolve().parents:
+        cache = parent / "CMakeCache.txt"
+        if cache.exists():
+            opts = {}
+            for line in cache.read_text().splitlines():
+                if line.startswith(("GGML_NATIVE:", "GGML_AVX", "GGML_FMA:", "GGML_F16C:", "GGML_BMI2:")):
+                    key, value = line.split("=", 1)
+                    opts[key.split(":")[0]] = value
+            return opts
+    return {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-m", default="smollm2:135m")
@@ -53,19 +108,44 @@ def main() -> None:
     parser.add_argument("-gen", type=int, default=128)
     parser.add_argument("-reps", type=int, default=3)
     parser.add_argument("-t", type=int, default=2)
+    parser.add_argument("-llama-bench", dest="llama_bench", action="append", default=[],
+                        help="a llama-bench binary to run too (repeatable)")
+    parser.add_argument("-no-python", dest="no_python", action="store_true", help="skip llama-cpp-python")
     args = parser.parse_args()
     from llamay_core.files.model_names import resolve_model
 
     path = str(resolve_model(args.m))
-    ours, theirs = [], []
+    engines: dict[str, list[tuple[float, float]]] = {"llamay cpu": []}
+    notes: dict[str, dict] = {}
+    use_python = not args.no_python
+    if use_python:
+        try:
+            import llama_cpp  # noqa: F401
+        except ImportError:
+            use_python = False
+            print("llama-cpp-python is not installed here: skipped")
     for _ in range(args.reps):
-        ours.append(llamay_rates(args.m, args.prompt, args.gen))
-        theirs.append(llama_cpp_rates(path, args.prompt, args.gen, args.t))
-    best = lambda rows, i: max(r[i] for r in rows)  # noqa: E731
-    print(f"{args.m}: best of {args.reps}, {args.t} threads")
-    for i, name in enumerate((f"pp{args.prompt}", f"tg{args.gen}")):
-        a, b = best(ours, i), best(theirs, i)
-        print(f"{name:>7}  llamay cpu {a:8.1f} tok/s   llama.cpp {b:8.1f} tok/s   ratio {a / b:.2f}x")
+        pp, tg, notes["llamay cpu"] = llamay_rates(args.m, args.prompt, args.gen)
+        engines["llamay cpu"].append((pp, tg))
+        for binary in args.llama_bench:
+            pp, tg, notes[binary] = llama_bench_rates(binary, path, args.prompt, args.gen, args.t)
+            engines.setdefault(binary, []).append((pp, tg))
+        if use_python:
+            engines.setdefault("llama-cpp-python", []).append(llama_cpp_python_rates(path, args.prompt, args.gen, args.t))
+    host = machine()
+    print(f"{args.m}: best of {args.reps}, {args.t} threads, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"machine: {host['cpu']}; flags: {' '.join(host['flags'])}")
+    for name, note in notes.items():
+        print(f"{name}: {json.dumps(note)}")
+    ours = engines["llamay cpu"]
+    for i, test in enumerate((f"pp{args.prompt}", f"tg{args.gen}")):
+        a = max(r[i] for r in ours)
+        line = f"{test:>7}  llamay cpu {a:8.1f} tok/s"
+        for name, rows in engines.items():
+            if name != "llamay cpu":
+                b = max(r[i] for r in rows)
+                line += f"   {name} {b:8.1f} tok/s ({a / b:.2f}x)"
+        print(line)
 
 
 if __name__ == "__main__":

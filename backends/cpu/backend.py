@@ -11,9 +11,9 @@ from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvS
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
 from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
-from llamay_core.host_info import cpu_features
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
+from llamay_backends.cpu import isa
 
 WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                           "F16", "BF16", "F32"})
@@ -46,12 +46,22 @@ class CpuBackend(BackendBase):
     def __init__(self) -> None:
         self.threads: int | None = None
         self.compile_seconds = 0.0
+        self.option_error = ""
+        try:
+            self.activations = activations_option()
+            level = isa.requested()
+        except ValueError as exc:  # reported by probe(), as the backend being unavailable
+            self.activations, level, self.option_error = "int8", "auto", str(exc)
+        # conformance records vouch for one decode path and one kernel build
+        self.version = f"{CpuBackend.version}+{self.activations}" + ("" if level == "auto" else f"+{level}")
 
     def probe(self) -> Availability:
         try:
             import numba
         except ImportError as exc:
             return Availability(False, reason=f"numba is not installed ({exc})")
+        if self.option_error:
+            return Availability(False, reason=self.option_error)
         import platform
 
         return Availability(True, device=f"host cpu ({platform.machine()}, {numba.config.NUMBA_NUM_THREADS} threads)",
@@ -64,8 +74,15 @@ class CpuBackend(BackendBase):
         numba.set_num_threads(self.threads)
 
     def describe(self) -> dict[str, str]:
-        feats = "+".join(f for f in cpu_features() if f in ("avx2", "fma", "f16c", "neon", "i8mm")) or "generic"
-        return {"kernels": feats, "matmul": "cpu", "gemm": "dequantized tiles + BLAS sgemm", "repack": "off"}
+        from llamay_backends.cpu import kernels
+
+        level = isa.describe(set(kernels.FEATURES))
+        if isa.requested() != "auto":
+            level += f" (forced by {isa.ENV})"
+        dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else "generic"
+        decode = f"int8 activations ({dot})" if self.activations == "int8" else "float activations"
+        return {"kernels": level, "matmul": f"cpu, decode {decode}", "gemm": "dequantized tiles + BLAS sgemm",
+                "repack": "off"}
 
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> dict[str, CpuWeight]:
         t0 = time.perf_counter()
@@ -81,10 +98,24 @@ class CpuBackend(BackendBase):
         from llamay_backends.cpu.plan import CpuPlan
 
         t0 = time.perf_counter()
-        plan = CpuPlan(graph, weights, store, max_tokens=self.capabilities.max_tokens_per_pass)
+        plan = CpuPlan(graph, weights, store, max_tokens=self.capabilities.max_tokens_per_pass,
+                       int8_decode=self.activations == "int8")
         plan.warm_up()
         self.compile_seconds += time.perf_counter() - t0
         return plan
+
+
+ACTIVATIONS_ENV = "LLAMAY_CPU_ACTIVATIONS"
+
+
+def activations_option() -> str:
+    """How decode multiplies quantized weights: `int8` (activations quantized per row to 8 bits,
+    integer dots, as llama.cpp; the default) or `float` (exact float activations), from
+    LLAMAY_CPU_ACTIVATIONS."""
+    value = os.environ.get(ACTIVATIONS_ENV, "int8").strip().lower() or "int8"
+    if value not in ("int8", "float"):
+        raise ValueError(f"{ACTIVATIONS_ENV}={value!r}: expected int8 or float")
+    return value
 
 
 def _threading_layer() -> str:

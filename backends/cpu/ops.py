@@ -145,36 +145,13 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
                           key_dim, value_dim, scale, cap, window, out)
 
 
-@_ser
-def _visible_keys(pos, window, table, page_size):
-    """The KV rows a query at `pos` attends to, as (page, slot) arrays: the causal window walked
-    page by page, so neither kernel divides by the page size per key."""
-    first = 0
-    if window > 0 and pos - window + 1 > 0:
-        first = pos - window + 1
-    n = pos + 1 - first
-    pages = np.empty(n, np.int64)
-    slots = np.empty(n, np.int64)
-    j = 0
-    key = first
-    while key <= pos:
-        page = table[key // page_size]
-        s0 = key % page_size
-        for s in range(s0, s0 + min(page_size - s0, pos + 1 - key)):
-            pages[j] = page
-            slots[j] = s
-            j += 1
-        key = first + j
-    return pages, slots
-
-
 @_par
 def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                    key_dim, value_dim, scale, cap, window, out):
     # One task per (token, head), as the scalar kernel, so a token's result never depends on the
-    # batch. The head dimension lives in 16-lane registers: a dot is key_dim/16 FMAs and one lane
-    # sum, softmax weights are taken 16 at a time, and the weighted sum of values keeps 64 output
-    # lanes in registers across all keys.
+    # batch. Keys are walked page by page (no division per key) and the head dimension in
+    # 16-lane registers: a dot is key_dim/16 FMAs and one lane sum; the weighted sum of values
+    # keeps one 16-lane chunk of the output in a register across all keys.
     t_count = q.shape[0]
     page_size = k_store.shape[1]
     group = n_heads // n_kv_heads
@@ -184,8 +161,12 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
         t = idx // n_heads
         h = idx % n_heads
         kvh = h // group
-        pages, slots = _visible_keys(positions[t], window, page_tables[seq_index[t]], page_size)
-        n = pages.shape[0]
+        pos = positions[t]
+        table = page_tables[seq_index[t]]
+        first = 0
+        if window > 0 and pos - window + 1 > 0:
+            first = pos - window + 1
+        n = pos + 1 - first
         n16 = (n + 15) // 16 * 16
         scores = np.empty(n16, np.float32)
         qrow = q[t]
@@ -193,19 +174,26 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
         ko = kvh * key_dim
         vo = kvh * value_dim
         m = np.float32(-np.inf)
-        for j in range(n):
-            krow = k_store[pages[j], slots[j]]
-            acc = vzero()
-            acc2 = vzero()
-            for c in range(0, key_dim, 32):
-                acc = vfma_vx(acc, vld(qrow, qo + c), krow, ko + c)
-                acc2 = vfma_vx(acc2, vld(qrow, qo + c + 16), krow, ko + c + 16)
-            sc = vhsum(vadd(acc, acc2)) * scale32
-            if cap32 > 0.0:
-                sc = cap32 * np.float32(math.tanh(sc / cap32))
-            scores[j] = sc
-            if sc > m:
-                m = sc
+        j = 0
+        key = first
+        while key <= pos:
+            page = table[key // page_size]
+            end = min(pos + 1, (key // page_size + 1) * page_size)
+            for s in range(key % page_size, key % page_size + end - key):
+                krow = k_store[page, s]
+                acc = vzero()
+                acc2 = vzero()
+                for c in range(0, key_dim, 32):
+                    acc = vfma_vx(acc, vld(qrow, qo + c), krow, ko + c)
+                    acc2 = vfma_vx(acc2, vld(qrow, qo + c + 16), krow, ko + c + 16)
+                sc = vhsum(vadd(acc, acc2)) * scale32
+                if cap32 > 0.0:
+                    sc = cap32 * np.float32(math.tanh(sc / cap32))
+                scores[j] = sc
+                if sc > m:
+                    m = sc
+                j += 1
+            key = end
         # softmax weights 16 at a time; the padding past n is zeroed before the sum
         for i in range(n, n16):
             scores[i] = m
@@ -225,13 +213,20 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
             a1 = vzero()
             a2 = vzero()
             a3 = vzero()
-            for j in range(n):
-                vrow = v_store[pages[j], slots[j]]
-                w = scores[j]
-                a0 = vfma_s(a0, vld(vrow, vo + c), w)
-                a1 = vfma_s(a1, vld(vrow, vo + c + 16), w)
-                a2 = vfma_s(a2, vld(vrow, vo + c + 32), w)
-                a3 = vfma_s(a3, vld(vrow, vo + c + 48), w)
+            j = 0
+            key = first
+            while key <= pos:
+                page = table[key // page_size]
+                end = min(pos + 1, (key // page_size + 1) * page_size)
+                for s in range(key % page_size, key % page_size + end - key):
+                    vrow = v_store[page, s]
+                    w = scores[j]
+                    a0 = vfma_s(a0, vld(vrow, vo + c), w)
+                    a1 = vfma_s(a1, vld(vrow, vo + c + 16), w)
+                    a2 = vfma_s(a2, vld(vrow, vo + c + 32), w)
+                    a3 = vfma_s(a3, vld(vrow, vo + c + 48), w)
+                    j += 1
+                key = end
             vst(orow, oo + c, vfma_s(vzero(), a0, inv))
             vst(orow, oo + c + 16, vfma_s(vzero(), a1, inv))
             vst(orow, oo + c + 32, vfma_s(vzero(), a2, inv))
@@ -241,8 +236,7 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
 @_par
 def _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                       key_dim, value_dim, scale, cap, window, out):
-    """Causal GQA attention over paged K/V, one task per (token, head), for head sizes the
-    vector kernel does not take.
+    """Causal GQA attention over paged K/V, one task per (token, head).
 
     Two passes over the visible keys (scores, then the weighted sum of values) keep the inner
     loops contiguous over the head dimension, so they vectorise.
@@ -254,15 +248,20 @@ def _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_
         t = idx // n_heads
         h = idx % n_heads
         kvh = h // group
-        pages, slots = _visible_keys(positions[t], window, page_tables[seq_index[t]], page_size)
-        n = pages.shape[0]
+        pos = positions[t]
+        table = page_tables[seq_index[t]]
+        first = 0
+        if window > 0 and pos - window + 1 > 0:
+            first = pos - window + 1
+        n = pos + 1 - first
         scores = np.empty(n, np.float32)
         qh = q[t, h * key_dim:(h + 1) * key_dim]
         ko = kvh * key_dim
         vo = kvh * value_dim
         m = -np.inf
         for j in range(n):
-            krow = k_store[pages[j], slots[j], ko:ko + key_dim]
+            key = first + j
+            krow = k_store[table[key // page_size], key % page_size, ko:ko + key_dim]
             sc = np.float32(0.0)
             for d in range(key_dim):
                 sc += qh[d] * krow[d]
@@ -281,7 +280,8 @@ def _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_
         for d in range(value_dim):
             o[d] = 0.0
         for j in range(n):
-            vrow = v_store[pages[j], slots[j], vo:vo + value_dim]
+            key = first + j
+            vrow = v_store[table[key // page_size], key % page_size, vo:vo + value_dim]
             w = scores[j]
             for d in range(value_dim):
                 o[d] += w * vrow[d]

@@ -1,15 +1,18 @@
 """The cpu backend's plan: the graph turned once into a list of kernel calls on fixed buffers.
 
 Each value of the graph gets a buffer [max_tokens, width] allocated at compile time; a pass
-uses the first T rows. Matmuls over a sequence's rows take the grouped decode kernel when that
-sequence contributes few rows (decode, draft verification) and tiles + BLAS otherwise: the
+uses the first T rows. Matmuls over a sequence's rows take the decode kernel when that sequence
+contributes few rows (decode, draft verification: int8 activations by default, or the exact
+grouped float kernel) and tiles + BLAS otherwise, shared out over the plan's threads: the
 choice depends only on the sequence's own rows, so the tokens a request gets never depend on
 which other requests share the pass.
 """
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import numba
 import numpy as np
 
 from llamay_core.backend_api import Batch
@@ -71,13 +74,17 @@ def _rows_count(p: "PassInfo") -> int:
 
 
 class CpuPlan:
-    def __init__(self, graph: Graph, weights: dict[str, Any], store: HostPageStore, max_tokens: int) -> None:
+    def __init__(self, graph: Graph, weights: dict[str, Any], store: HostPageStore, max_tokens: int,
+                 int8_decode: bool = True) -> None:
         self.graph = graph
+        self.int8_decode = int8_decode
         self.weights = weights
         self.store = store
         self.max_tokens = max_tokens
         self.buffers: dict[str, np.ndarray] = {}
-        self._controller: Any = None  # threadpoolctl's, created on the first prefill pass  # value name -> its buffer (dead values' buffers are reused)
+        self._pool: ThreadPoolExecutor | None = None  # prefill GEMM workers, created on first use
+        self._pool_workers = 0
+        self._controller: Any = None  # threadpoolctl's, created on the first prefill pass
         self.steps: list[Callable[[PassInfo], None]] = []
         self._selected: set[str] = set()  # values holding only the rows whose logits are wanted
         self._free: dict[int, list[np.ndarray]] = {}  # buffers of dead values, by width
@@ -202,7 +209,7 @@ class CpuPlan:
         bias = self.weights[node.bias].vector if node.bias else None
         code, rows = wt.code, wt.rows
         after_select = node.x in self._selected
-        grouped = kernels.grouped_kernel(code, rows, x.shape[1])
+        grouped = self._decode_kernel(code, rows, x.shape[1])
 
         def matmul(p: PassInfo) -> None:
             n = count(p)
@@ -212,7 +219,7 @@ class CpuPlan:
                 if p.logits_small:
                     grouped(rows, x[:n], out[:n])
                 else:
-                    kernels.matmul(code, rows, x[:n], out[:n])
+                    kernels.matmul(code, rows, x[:n], out[:n], pool=p.pool, workers=p.workers)
             elif p.all_small:  # decode: each token's bits are the same alone or in any group
                 grouped(rows, x[:n], out[:n])
             else:
@@ -222,10 +229,22 @@ class CpuPlan:
                     grouped(rows, xs, os_)
                     out[p.small_rows] = os_
                 for a, b in p.large_segments:
-                    kernels.matmul(code, rows, x[a:b], out[a:b])
+                    kernels.matmul(code, rows, x[a:b], out[a:b], pool=p.pool, workers=p.workers)
             if bias is not None:
                 ops.add_bias(out[:n], bias)
         return matmul
+
+    def _decode_kernel(self, code: int, rows: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+        """The kernel for a sequence's few rows (decode, draft verification): f(w, X, OUT).
+
+        Both choices give a token the same bits alone or beside others. int8: each row of X is
+        quantized on its own (per-row scales) and every row is dotted with the same integer
+        kernel, whatever the number of rows. float: the grouped kernel (`kernels/_grouped.py`).
+        """
+        if self.int8_decode and kernels.uses_q8(code):
+            kernels.grouped_kernel(code, rows, cols)  # the same geometry check, once
+            return lambda w, X, OUT: kernels.matmul_q8(code, w, X, OUT)
+        return kernels.grouped_kernel(code, rows, cols)
 
     def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
         count = self._count
@@ -263,9 +282,14 @@ class CpuPlan:
         if p.n > self.max_tokens:
             raise ValueError(f"{p.n} tokens exceed the cpu backend's pass of {self.max_tokens}")
         p.n_rows = p.n
+        p.pool, p.workers = None, 1
         if p.large_segments:
             # BLAS gets one thread while Numba's OpenMP pool holds the cores: the two pools
             # otherwise spin against each other between calls (measured: 150 vs 210 tok/s).
+            # The prefill GEMMs still use every core: their tiles are shared out over this
+            # plan's own threads, each running a one-thread sgemm.
+            p.workers = numba.get_num_threads()
+            p.pool = self._gemm_pool(p.workers)
             with self._blas_limit(limits=1, user_api="blas"):
                 for step in self.steps:
                     step(p)
@@ -273,6 +297,16 @@ class CpuPlan:
             for step in self.steps:
                 step(p)
         return self._value(self.graph.output)[:len(p.rows)].copy()
+
+    def _gemm_pool(self, workers: int) -> ThreadPoolExecutor | None:
+        if workers <= 1:
+            return None
+        if self._pool is None or self._pool_workers != workers:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llamay-gemm")
+            self._pool_workers = workers
+        return self._pool
 
     @property
     def _blas_limit(self) -> Any:

@@ -92,6 +92,39 @@ class HostPageStore:
         if offset != len(data):
             raise ValueError(f"page data is {len(data)} bytes, expected {offset}")
 
+    def read_pages(self, pages: list[int]) -> bytes:
+        """Many pages' bytes, each laid out as `read_page` lays it, in one gather per array."""
+        index = _page_index(pages)
+        out = np.empty((len(pages), sum(a[0].nbytes for a in self._arrays)), np.uint8)
+        offset = 0
+        for a in self._arrays:
+            n = a[0].nbytes
+            out[:, offset:offset + n] = a[index].reshape(len(pages), -1).view(np.uint8)
+            offset += n
+        return out.tobytes()
+
+    def write_pages(self, pages: list[int], data: np.ndarray) -> None:
+        """Overwrite many pages from `read_pages` bytes (uint8): one copy per array, no per-page work."""
+        page_bytes = sum(a[0].nbytes for a in self._arrays)
+        if data.nbytes != page_bytes * len(pages):
+            raise ValueError(f"page data is {data.nbytes} bytes, expected {page_bytes * len(pages)}")
+        rows = data.reshape(len(pages), page_bytes)
+        index = _page_index(pages)
+        offset = 0
+        for a in self._arrays:
+            n = a[0].nbytes
+            a[index] = rows[:, offset:offset + n].view(a.dtype).reshape((len(pages),) + a.shape[1:])
+            offset += n
+
     def copy_page(self, src: int, dst: int) -> None:
         for a in self._arrays:
             a[dst] = a[src]
+
+
+def _page_index(pages: list[int]) -> slice | np.ndarray:
+    """Pages as an index: a slice when they are consecutive (a fresh pool hands them out so),
+    which numpy copies faster than a fancy index."""
+    index = np.asarray(pages, np.int64)
+    if len(index) and index[-1] - index[0] == len(index) - 1 and (np.diff(index) == 1).all():
+        return slice(int(index[0]), int(index[-1]) + 1)
+    return index

@@ -6,6 +6,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 import llamay
+from llamay_core.errors import BackendError
 from llamay_core.engine.forward import SequenceChunk
 from llamay_core.engine.kv_pages import SequenceKV
 from tests.support.tiny_gguf import write_tiny_llama
@@ -17,8 +18,14 @@ def nmse(a, b):
     return float(((a - b) ** 2).sum() / (b ** 2).sum())
 
 
+@pytest.fixture()
+def float_decode(monkeypatch):
+    """The exact float-activation decode path (the default quantizes activations to int8)."""
+    monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "float")
+
+
 @pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.F16, Q.F32])
-def test_logits_match_reference(tmp_path, weight_type):
+def test_logits_match_reference(tmp_path, weight_type, float_decode):
     path = write_tiny_llama(tmp_path / "m.gguf", weight_type=weight_type, biases=True, tied=False)
     ref = llamay.load(path, backend="reference", n_ctx=64, page_size=4)
     cpu = llamay.load(path, backend="cpu", n_ctx=64, page_size=4)
@@ -27,7 +34,7 @@ def test_logits_match_reference(tmp_path, weight_type):
 
 
 @pytest.mark.parametrize("kv", ["f32", "f16", "vq8"])
-def test_kv_dtypes_match_reference(tiny_model_path, kv):
+def test_kv_dtypes_match_reference(tiny_model_path, kv, float_decode):
     ref = llamay.load(tiny_model_path, backend="reference", n_ctx=64, page_size=4, kv_dtype=kv)
     cpu = llamay.load(tiny_model_path, backend="cpu", n_ctx=64, page_size=4, kv_dtype=kv)
     a, b = ref.context(), cpu.context()
@@ -36,8 +43,30 @@ def test_kv_dtypes_match_reference(tiny_model_path, kv):
     assert nmse(b.extend(IDS[10:13]), a.extend(IDS[10:13])) < 1e-8
 
 
-def test_batch_composition_never_changes_a_sequence(tiny_model_path):
+@pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q5_0])
+def test_int8_decode_is_close_to_reference(tmp_path, weight_type):
+    # decode rows quantize their activations to int8 per 32 (llama.cpp's scheme): close, not exact
+    path = write_tiny_llama(tmp_path / "m.gguf", weight_type=weight_type, biases=True, tied=False)
+    ref = llamay.load(path, backend="reference", n_ctx=64, page_size=4)
+    cpu = llamay.load(path, backend="cpu", n_ctx=64, page_size=4)
+    assert cpu.backend.activations == "int8"
+    a, b = ref.context(), cpu.context()
+    a.extend(IDS[:10])
+    b.extend(IDS[:10])
+    for t in IDS[10:14]:
+        assert nmse(b.extend([t]), a.extend([t])) < 1e-3
+
+
+def test_bad_activations_option_is_one_line_error(tiny_model_path, monkeypatch):
+    monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "int4")
+    with pytest.raises(BackendError, match="unavailable: LLAMAY_CPU_ACTIVATIONS='int4': expected int8 or float"):
+        llamay.load(tiny_model_path, backend="cpu", n_ctx=64, page_size=4)
+
+
+@pytest.mark.parametrize("activations", ["int8", "float"])
+def test_batch_composition_never_changes_a_sequence(tiny_model_path, monkeypatch, activations):
     """A sequence's logits are bit-identical alone or beside others (decode and prefill rows)."""
+    monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", activations)
     m = llamay.load(tiny_model_path, backend="cpu", n_ctx=64, page_size=4, n_seq=8)
 
     def alone(prefix, step):

@@ -56,6 +56,10 @@ def _drop_stale_numba_cache() -> None:
 
 _drop_stale_numba_cache()
 
+from llamay_backends.cpu import isa  # noqa: E402
+
+isa.apply()  # before anything below makes Numba create its target machine
+
 from .formats import (  # noqa: E402
     BF16,
     F16,
@@ -98,7 +102,7 @@ from ._api import (  # noqa: E402
 )
 from ._q8 import qdot_rows, quantize_q8  # noqa: E402
 from ._rows import XA_ROWS, deq_row, dot_rows, x_sums  # noqa: E402
-from ._simd import HAS_VNNI  # noqa: E402
+from ._simd import FEATURES, HAS_AVX2, HAS_VNNI  # noqa: E402
 
 
 def raw_rows(data: np.ndarray, code: int, rows: int | None = None) -> np.ndarray:
@@ -118,7 +122,7 @@ def raw_rows(data: np.ndarray, code: int, rows: int | None = None) -> np.ndarray
 __all__ = [
     "BF16", "F16", "F32", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
-    "matvec", "matvec_float", "matvec_q8", "uses_q8", "HAS_VNNI",
+    "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_VNNI",
     "matmul", "matmul_fused", "matmul_q8", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",

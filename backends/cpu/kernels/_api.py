@@ -14,6 +14,7 @@ prepared x serves every matrix it multiplies (q, k and v; gate and up).
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
 from typing import Callable
 
 import numpy as np
@@ -23,7 +24,7 @@ from . import formats as F
 from ._grouped import GROUP_MAX, grouped_rows, has_grouped
 from ._q8 import qdot_rows, quantize_q8
 from ._rows import XA_ROWS, deq_row, dot_rows, x_sums
-from ._simd import HAS_VNNI
+from ._simd import HAS_AVX2, HAS_VNNI
 
 # Rows per parallel task: small enough that 2..16 threads get balanced work on the
 # smallest matrices (192-row k/v projections), large enough to amortize task overhead.
@@ -85,12 +86,12 @@ def _check(code, w, cols):
         raise ValueError("weight row bytes do not match the activation length for this type")
 
 
-# Decode strategy per format, chosen from benchmarks/cpu_kernels.py: with VNNI the
-# int8-activation kernels win for every quantized format (byte-domain unpacking plus one
-# dot instruction per 32 quants); without it their generic fallback is slower than the
-# exact float kernels, so those are used.
+# Decode strategy per format, chosen from benchmarks/cpu_kernels.py: with VNNI (vpdpbusd) or
+# AVX2 (vpmaddubsw + vpmaddwd) the int8-activation kernels win for every quantized format
+# (byte-domain unpacking plus one or two dot instructions per 32 quants); elsewhere their
+# generic fallback is slower than the exact float kernels, so those are used.
 _Q8_DECODE = (
-    (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K) if HAS_VNNI else ()
+    (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K) if HAS_VNNI or HAS_AVX2 else ()
 )
 # as a bit mask over type codes, which Numba freezes into a constant
 _Q8_MASK = sum(1 << c for c in _Q8_DECODE)
@@ -195,7 +196,7 @@ def matvec_float(code, w, x, out):
 def matvec_q8(code, w, x, out):
     """As `matvec`, always quantizing x to int8 per 32 elements (llama.cpp's q8_0 trick).
 
-    Quantized formats only. Without VNNI this runs a slow generic fallback.
+    Quantized formats only. Without VNNI or AVX2 this runs a slow generic fallback.
     """
     _check_mv(code, w, x, out)
     if _is_float(code):
@@ -403,7 +404,8 @@ def dequantize_rows(code, w, row_ids, out):
         deq_row(code, w[row_ids[i]], out[i])
 
 
-def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int | None = None) -> None:
+def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int | None = None,
+           pool: Executor | None = None, workers: int = 1) -> None:
     """OUT = X @ W.T for prefill: X float32[T, cols], OUT float32[T, rows] (C-contiguous).
 
     Strategy (a), the measured winner at T=256 (3-6x over the int8 kernels): dequantize
@@ -411,6 +413,11 @@ def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_row
     BLAS sgemm, which writes OUT[:, r0:r1] in place; W is never dequantized whole. F32
     weights go to sgemm directly. For T <= SMALL_T the decode kernels run per token
     instead (`matmul_q8` where `uses_q8(code)`, else `matmul_fused`).
+
+    With a `pool` and `workers` > 1 the tiles are split into that many contiguous runs, each
+    dequantized and multiplied on a pool thread (both steps release the GIL) with its own tile
+    buffer: the cores share the work through one pool while BLAS itself stays on one thread
+    per call, so no second thread pool spins against this one (see `CpuPlan.__call__`).
     """
     code = int(code)
     T, cols = X.shape
@@ -430,8 +437,24 @@ def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_row
     if tile_rows is None:
         tile_rows = max(64, min(TILE_ROWS, TILE_BYTES // (4 * max(cols, 1))))
     tile_rows = max(1, min(tile_rows, rows))
+    starts = list(range(0, rows, tile_rows))
+    if pool is None or workers <= 1 or len(starts) < 2:
+        _tiles(code, w, X, OUT, starts, tile_rows)
+        return
+    # smaller tiles when there are fewer tiles than workers, so every worker gets some
+    if len(starts) < 2 * workers:
+        tile_rows = max(16, -(-rows // (2 * workers)))
+        starts = list(range(0, rows, tile_rows))
+    share = -(-len(starts) // workers)
+    jobs = [pool.submit(_tiles, code, w, X, OUT, starts[i:i + share], tile_rows) for i in range(0, len(starts), share)]
+    for job in jobs:
+        job.result()
+
+
+def _tiles(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, starts: list[int], tile_rows: int) -> None:
+    rows, cols = w.shape[0], X.shape[1]
     buf = np.empty((tile_rows, cols), np.float32)
-    for r0 in range(0, rows, tile_rows):
+    for r0 in starts:
         r1 = min(rows, r0 + tile_rows)
         n = r1 - r0
         _dequantize_tile(code, w, r0, r1, buf)

@@ -2,11 +2,11 @@
 
 This is llama.cpp's scheme (q8_0 activations). Each 32-quant weight block is unpacked
 into 32 unsigned bytes and dotted with the block's 32 int8 activations by a u8*s8
-dot-accumulate (`_simd.vdp`, vpdpbusd with VNNI), then scaled by d_w * d_x in float.
+dot-accumulate (`_simd.vdp`: vpdpbusd with VNNI, vpmaddubsw + vpmaddwd on AVX2), then scaled by d_w * d_x in float.
 
-Formats whose quants are signed (Q4_0 = q-8, Q5_0 = q-16, Q8_0, Q3_K = q-4,
-Q6_K = q-32) are dotted as the unsigned q' = q + offset and corrected once per block
-(or 16-quant group) with offset * d_x * sum(xq), which `quantize_q8` precomputes per
+Q8_0's signed quants go through the sign trick (`_simd.vdps`). Other formats whose
+quants are signed (Q4_0 = q-8, Q5_0 = q-16, Q3_K = q-4, Q6_K = q-32) are dotted as the
+unsigned q' = q + offset and corrected once per block (or 16-quant group) with offset * d_x * sum(xq), which `quantize_q8` precomputes per
 vector (xa[XC32], xa[XC16]) so the correction costs one scalar FMA.
 Per-block minima (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) use the float sums of x, as the
 float kernels do, which keeps them exact.
@@ -31,13 +31,13 @@ from ._simd import (
     b_nib,
     b_or,
     b_shl,
-    b_xor,
     ld_f16,
     prefetch,
     q8_block,
     vadd8,
     vdp,
     vdp2,
+    vdps,
     vhsum8,
     vz8,
 )
@@ -115,16 +115,14 @@ def qdot_q5_1(wr, xq, xa):
 
 @_jit
 def qdot_q8_0(wr, xq, xa):
-    """Q8_0 row . x with int8 x; quants flipped to q+128 (xor 0x80) for the u8*s8 dot."""
+    """Q8_0 row . x with int8 x; signed quants through `vdps` (no offset, no correction)."""
     acc = vz8()
-    tail = np.float32(0.0)
     for b in range(wr.shape[0] // 34):
         prefetch(wr, b * 34 + PREFETCH_BYTES)
         o = b * 34
         d = ld_f16(wr, o)
-        acc = vdp(acc, b_xor(b_load(wr, o + 2), 128), xq, b * 32, d * xa[XD, b])
-        tail += d * xa[XC32, b]
-    return vhsum8(acc) - 128.0 * tail
+        acc = vdps(acc, b_load(wr, o + 2), xq, b * 32, d * xa[XD, b])
+    return vhsum8(acc)
 
 
 @_jit
@@ -347,21 +345,14 @@ def qdot2_q8_0(w0, w1, xq, xa):
     """(w0 . x, w1 . x) for two Q8_0 rows, int8 x."""
     a0 = vz8()
     a1 = vz8()
-    t0 = np.float32(0.0)
-    t1 = np.float32(0.0)
     for b in range(w0.shape[0] // 34):
         prefetch(w0, b * 34 + PREFETCH_BYTES)
         prefetch(w1, b * 34 + PREFETCH_BYTES)
         o = b * 34
         xd = xa[XD, b]
-        xc = xa[XC32, b]
-        d0 = ld_f16(w0, o)
-        d1 = ld_f16(w1, o)
-        a0 = vdp(a0, b_xor(b_load(w0, o + 2), 128), xq, b * 32, d0 * xd)
-        a1 = vdp(a1, b_xor(b_load(w1, o + 2), 128), xq, b * 32, d1 * xd)
-        t0 += d0 * xc
-        t1 += d1 * xc
-    return vhsum8(a0) - 128.0 * t0, vhsum8(a1) - 128.0 * t1
+        a0 = vdps(a0, b_load(w0, o + 2), xq, b * 32, ld_f16(w0, o) * xd)
+        a1 = vdps(a1, b_load(w1, o + 2), xq, b * 32, ld_f16(w1, o) * xd)
+    return vhsum8(a0), vhsum8(a1)
 
 
 @_jit

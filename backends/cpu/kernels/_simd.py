@@ -8,7 +8,7 @@ one contiguous load per 16 quants) while the surrounding block loops stay ordina
 Numba code. Everything here is generic LLVM IR, so it legalizes on any target (one zmm
 with AVX-512, two ymm with AVX2, four xmm on SSE/NEON), with two target-dependent
 choices made at import from the CPU Numba compiles for: `vpdpbusd` for the int8 dots
-where VNNI exists (`HAS_VNNI`), and a bit-exact integer half->float conversion where
+where VNNI exists (`HAS_VNNI`), else AVX2's `vpmaddubsw` + `vpmaddwd` (`HAS_AVX2`), and a bit-exact integer half->float conversion where
 x86 lacks F16C (`HAS_F16C`).
 
 Conventions: every offset is an element index into the array passed with it (a byte
@@ -116,12 +116,14 @@ def _target_features() -> set[str]:
     return {k for k in host if host[k]}
 
 
-_FEATURES = _target_features()
+FEATURES: frozenset[str] = frozenset(_target_features())  # of the target Numba compiles for
 _X86 = llb.get_process_triple().split("-")[0] in ("x86_64", "i386", "i686")
 # vpdpbusd on 256-bit vectors: AVX512-VNNI with VL, or AVX-VNNI
-HAS_VNNI: bool = _X86 and (("avx512vnni" in _FEATURES and "avx512vl" in _FEATURES) or "avxvnni" in _FEATURES)
+HAS_VNNI: bool = _X86 and (("avx512vnni" in FEATURES and "avx512vl" in FEATURES) or "avxvnni" in FEATURES)
+# vpmaddubsw/vpmaddwd for the int8 dots where VNNI is missing
+HAS_AVX2: bool = _X86 and "avx2" in FEATURES
 # hardware half->float; x86 without F16C would lower fpext to a libcall the JIT lacks
-HAS_F16C: bool = (not _X86) or "f16c" in _FEATURES
+HAS_F16C: bool = (not _X86) or "f16c" in FEATURES
 
 
 # ---------------------------------------------------------------- codegen helpers
@@ -714,18 +716,6 @@ def b_shl(typingctx, a, k):
 
 
 @intrinsic
-def b_xor(typingctx, a, k):
-    """a ^ k on byte lanes (k=0x80 maps int8 q to the unsigned q+128)."""
-    if a != i8x32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.xor(args[0], _splat(builder, context.cast(builder, args[1], sig.args[1], types.uint8), _vb32))
-
-    return i8x32(a, k), codegen
-
-
-@intrinsic
 def vz8(typingctx):
     """All-zero f32x8."""
 
@@ -760,12 +750,22 @@ def vhsum8(typingctx, v):
 
 
 def _dpbusd(builder, u, s):
-    """8 int32 lanes, lane i = sum_k u8(u[4i+k]) * s8(s[4i+k])."""
+    """8 int32 lanes, lane i = sum_k u8(u[4i+k]) * s8(s[4i+k]).
+
+    Without VNNI, AVX2's vpmaddubsw (adjacent u8*s8 pairs summed into int16, saturating) then
+    vpmaddwd by ones. Exact only while a pair sum stays below 2^15: every caller's unsigned
+    quants are at most 63 (Q6_K), or at most 128 from `vdps`'s sign trick, against |s| <= 127.
+    """
     if HAS_VNNI:
         fnty = ir.FunctionType(_vi8, [_vi8, _vi8, _vi8])
         name = "llvm.x86.avx512.vpdpbusd.256"  # also selects the VEX (AVX-VNNI) encoding
         fn = builder.module.globals.get(name) or ir.Function(builder.module, fnty, name)
         return builder.call(fn, [ir.Constant(_vi8, None), builder.bitcast(u, _vi8), builder.bitcast(s, _vi8)])
+    if HAS_AVX2:
+        vh16 = ir.VectorType(_i16, 16)
+        pairs = builder.call(_llvm_fn(builder, "llvm.x86.avx2.pmadd.ub.sw", vh16, [_vb32, _vb32]), [u, s])
+        ones = ir.Constant(vh16, [1] * 16)
+        return builder.call(_llvm_fn(builder, "llvm.x86.avx2.pmadd.wd", _vi8, [vh16, vh16]), [pairs, ones])
     m = builder.mul(builder.zext(u, _vi32x32), builder.sext(s, _vi32x32), flags=("nsw",))
     parts = [builder.shuffle_vector(m, m, ir.Constant(_vi8, list(range(k, 32, 4)))) for k in range(4)]
     return builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3]))
@@ -780,6 +780,27 @@ def vdp(typingctx, acc, a, xq, xo, s):
     def codegen(context, builder, sig, args):
         xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
         d = builder.sitofp(_dpbusd(builder, args[1], xv), _vf8)
+        sv = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), _vf8)
+        return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
+
+    return f32x8(acc, a, xq, xo, s), codegen
+
+
+@intrinsic
+def vdps(typingctx, acc, a, xq, xo, s):
+    """As `vdp` for 32 *signed* int8 quants a (Q8_0): dotted as |a| with x's signs moved
+    over (llama.cpp's sign trick), which keeps AVX2's saturating pair sums exact."""
+    if acc != f32x8 or a != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        a = args[1]
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
+        zero = ir.Constant(_vb32, None)
+        neg = builder.icmp_signed("<", a, zero)
+        u = builder.select(neg, builder.sub(zero, a), a)
+        sx = builder.select(neg, builder.sub(zero, xv), builder.select(builder.icmp_signed("==", a, zero), zero, xv))
+        d = builder.sitofp(_dpbusd(builder, u, sx), _vf8)
         sv = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), _vf8)
         return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
 

@@ -43,7 +43,7 @@ def value_widths(graph: Graph, tensors: Mapping[str, TensorInfo]) -> dict[str, i
             widths[node.out] = tensors[node.weight].shape[0]
         elif isinstance(node, G.Attention):
             widths[node.out] = node.n_heads * node.value_dim
-        elif isinstance(node, G.Input):
+        elif isinstance(node, (G.Input, G.Columns)):
             widths[node.out] = node.width
         elif getattr(node, "out", None):
             widths[node.out] = widths[reads(node)[0]]

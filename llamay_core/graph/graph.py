@@ -25,7 +25,7 @@ class Graph:
     def weight_names(self) -> list[str]:
         names: list[str] = []
         for n in self.nodes:
-            for field in ("weight", "bias"):
+            for field in getattr(n, "weight_fields", ("weight", "bias")):
                 value = getattr(n, field, None)
                 if value and value not in names:
                     names.append(value)
@@ -83,6 +83,15 @@ class GraphBuilder:
 
     def softcap(self, x: str, cap: float) -> str:
         return self.add_node(ops.Softcap(self._fresh("softcap"), x, cap))
+
+    def rope_table(self, x: str, **kw: Any) -> str:
+        return self.add_node(ops.RopeTable(self._fresh("rope"), x, **kw))
+
+    def columns(self, x: str, start: int, width: int) -> str:
+        return self.add_node(ops.Columns(self._fresh("cols"), x, start, width))
+
+    def moe(self, x: str, **kw: Any) -> str:
+        return self.add_node(ops.Moe(self._fresh("moe"), x, **kw))
 
     def select_rows(self, x: str) -> str:
         return self.add_node(ops.SelectRows(self._fresh("rows"), x))

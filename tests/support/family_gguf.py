@@ -133,11 +133,12 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
                                 "output_norm.weight": norm(d)}
     if not tied:
         t["output.weight"] = rng.standard_normal((n_vocab, d)).astype(np.float32)
-    if rope_freqs:
+    if rope_freqs:  # from their own generator: the other weights stay those of the same file without them
+        frng = np.random.default_rng(seed + 1)
         name = "rope_factors_short.weight" if arch == "phi3" else "rope_freqs.weight"
-        t[name] = np.exp(rng.uniform(0.0, 2.0, rot // 2)).astype(np.float32)
+        t[name] = np.exp(frng.uniform(0.0, 2.0, rot // 2)).astype(np.float32)
         if arch == "phi3":
-            t["rope_factors_long.weight"] = np.exp(rng.uniform(0.0, 3.0, rot // 2)).astype(np.float32)
+            t["rope_factors_long.weight"] = np.exp(frng.uniform(0.0, 3.0, rot // 2)).astype(np.float32)
     for i in range(n_layers):
         p = f"blk.{i}."
         if arch == "olmo2":

@@ -60,10 +60,11 @@ def build_family_case(case: OpCase) -> BuiltCase:
         return _one_op(rng, p("t"), {"x": p("w")}, lambda x: G.Columns("out", x, p("start"), p("width")))
     if case.op == "moe":
         d, ff, e = p("d"), p("ff"), p("experts")
+        s = 1 / 18 if case.type_name == "IQ4_XS" else 1.0  # its 6-bit sub-scales multiply random blocks by ~18
         extra = {"router": random_tensor("router", "F32", (e, d), rng, scale=0.5),
-                 "gate": random_tensor("gate", case.type_name, (e, ff, d), rng),
-                 "up": random_tensor("up", case.type_name, (e, ff, d), rng),
-                 "down": random_tensor("down", case.type_name, (e, d, ff), rng)}
+                 "gate": random_tensor("gate", case.type_name, (e, ff, d), rng, scale=s),
+                 "up": random_tensor("up", case.type_name, (e, ff, d), rng, scale=s),
+                 "down": random_tensor("down", case.type_name, (e, d, ff), rng, scale=s)}
         return _one_op(rng, p("t"), {"x": d},
                        lambda x: G.Moe("out", x, "router", "gate", "up", "down", e, p("used"), p("normalize")),
                        extra=extra)

@@ -89,7 +89,7 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
                       n_kv: int = 2, head_dim: int | None = None, ff: int = 128, n_rot: int | None = None,
                       weight_type: str = "F32", tied: bool = True, context_length: int = 1024,
                       rope_freqs: bool = False, meta: dict[str, Any] | None = None, n_experts: int = 4,
-                      n_used: int = 2, tokenizer_from: Path | None = None,
+                      n_used: int = 2, tokenizer_from: Path | None = None, chat_template: str | None = None,
                       extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
     """A random model of `arch` with real tensor names and metadata; see the module docstring."""
     rng = np.random.default_rng(seed)
@@ -122,6 +122,8 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
     for key, value in (meta or {}).items():
         _add_meta(w, f"{arch}.{key}", value)
     n_vocab = _tokenizer(w, tokenizer_from)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def mat(rows: int, cols: int, *lead: int) -> np.ndarray:
         return (rng.standard_normal((*lead, rows, cols)) / np.sqrt(cols)).astype(np.float32)

@@ -10,13 +10,14 @@ import numpy as np
 from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
-from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
+from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES, SPLIT_OP_NAMES
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
 from llamay_backends.cpu import isa
+from llamay_backends.cpu.repack import REPACKED_TYPES, repack
 
 WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
-                          "F16", "BF16", "F32"})
+                          "F16", "BF16", "F32"}) | REPACKED_TYPES
 
 
 class CpuWeight:
@@ -40,8 +41,8 @@ class CpuWeight:
 class CpuBackend(BackendBase):
     name = "cpu"
     version = source_fingerprint(__file__)
-    capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16", "vq8"},
-                                max_tokens_per_pass=512, device_kind="host")
+    capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES | EXTENDED_OP_NAMES, weight_types=WEIGHT_TYPES,
+                                kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=512, device_kind="host")
 
     def __init__(self) -> None:
         self.threads: int | None = None
@@ -89,7 +90,8 @@ class CpuBackend(BackendBase):
         from llamay_backends.cpu import kernels
 
         self.compile_seconds += time.perf_counter() - t0
-        return {name: CpuWeight(t, kernels.type_code(t.type_name)) for name, t in tensors.items()}
+        packed = {name: repack(t) for name, t in tensors.items()}
+        return {name: CpuWeight(t, kernels.type_code(t.type_name)) for name, t in packed.items()}
 
     def kv_store(self, spec: KvSpec) -> HostPageStore:
         return HostPageStore(spec)

@@ -19,7 +19,7 @@ from llamay_core.backend_api import Batch
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
 from llamay_core.state.host_pages import HostPageStore
-from llamay_backends.cpu import kernels, ops
+from llamay_backends.cpu import extended, kernels, ops
 
 # A sequence with at most this many rows in a pass uses the grouped decode kernel, whose
 # per-token results are the same bits whatever else shares the pass.
@@ -199,7 +199,7 @@ class CpuPlan:
                 np.take(x, p.rows, axis=0, out=out[:len(p.rows)])
                 p.n_rows = len(p.rows)
             return select
-        raise NotImplementedError(f"cpu backend has no op {node.name!r}")
+        return extended.step(self, node)
 
     def _matmul_step(self, node: G.MatMul) -> Callable[[PassInfo], None]:
         count = self._count

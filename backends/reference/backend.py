@@ -46,7 +46,7 @@ class ReferenceWeights:
 class ReferenceBackend(BackendBase):
     name = "reference"
     version = "1"
-    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES, weight_types=WEIGHT_TYPES,
+    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES | G.EXTENDED_OP_NAMES, weight_types=WEIGHT_TYPES,
                                 kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=1 << 20,
                                 device_kind="host", is_reference=True)
 
@@ -97,6 +97,14 @@ class ReferenceExecutable:
         if isinstance(node, G.Rope):
             return ops.rope(values[node.x], batch.positions, node.n_heads, node.head_dim, node.n_rot,
                             node.mode, node.base, node.freq_scale)
+        if isinstance(node, G.RopeTable):
+            return ops.rope_table(values[node.x], batch.positions, node.n_heads, node.head_dim, node.n_rot,
+                                  node.mode, np.array(node.freqs), node.mscale)
+        if isinstance(node, G.Columns):
+            return values[node.x][:, node.start:node.start + node.width]
+        if isinstance(node, G.Moe):
+            return ops.moe(values[node.x], w.f32(node.router), w.f32(node.gate_exps), w.f32(node.up_exps),
+                           w.f32(node.down_exps), node.n_used, node.normalize)
         if isinstance(node, G.KvWrite):
             self.kv_write(node, values, batch)
             return None

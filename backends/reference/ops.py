@@ -29,11 +29,17 @@ def matmul(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None = None) -> np.n
 
 def rope(x: np.ndarray, positions: np.ndarray, n_heads: int, head_dim: int, n_rot: int, mode: str,
          base: float, freq_scale: float = 1.0) -> np.ndarray:
+    inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
+    return rope_table(x, positions, n_heads, head_dim, n_rot, mode, freq_scale * inv_freq)
+
+
+def rope_table(x: np.ndarray, positions: np.ndarray, n_heads: int, head_dim: int, n_rot: int, mode: str,
+               freqs: np.ndarray, mscale: float = 1.0) -> np.ndarray:
+    """Rotate pair i of each head by position * freqs[i]; the rotated dims scaled by mscale."""
     t = x.shape[0]
     h = x.reshape(t, n_heads, head_dim).astype(np.float64)
-    inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
-    theta = positions.astype(np.float64)[:, None] * freq_scale * inv_freq[None, :]  # [T, n_rot/2]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
+    theta = positions.astype(np.float64)[:, None] * np.asarray(freqs, np.float64)[None, :]  # [T, n_rot/2]
+    cos, sin = mscale * np.cos(theta)[:, None, :], mscale * np.sin(theta)[:, None, :]
     out = h.copy()
     if mode == "normal":
         a, b = h[..., 0:n_rot:2], h[..., 1:n_rot:2]
@@ -90,3 +96,22 @@ def gelu_mul(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
 
 def softcap(x: np.ndarray, cap: float) -> np.ndarray:
     return (cap * np.tanh(x.astype(np.float64) / cap)).astype(np.float32)
+
+
+def moe(x: np.ndarray, router: np.ndarray, gate_exps: np.ndarray, up_exps: np.ndarray, down_exps: np.ndarray,
+        n_used: int, normalize: bool) -> np.ndarray:
+    """Top-k softmax routing, then the chosen experts' SwiGLU outputs weighted and summed."""
+    logits = x.astype(np.float64) @ router.astype(np.float64).T  # [T, E]
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :n_used]
+    out = np.zeros((x.shape[0], down_exps.shape[1]), np.float64)
+    for t in range(x.shape[0]):
+        weights = probs[t, chosen[t]]
+        if normalize:
+            weights = weights / weights.sum()
+        for e, weight in zip(chosen[t], weights):
+            h = x[t:t + 1].astype(np.float32)
+            m = silu_mul(matmul(h, gate_exps[e]), matmul(h, up_exps[e]))
+            out[t] += weight * matmul(m, down_exps[e])[0]
+    return out.astype(np.float32)

@@ -41,9 +41,10 @@ def auto_pick(name: str, backend: Any, records: list[Any]) -> str:
 
 
 def backend_rows(verbose: bool) -> list[str]:
-    from llamay_core.graph.ops import OP_NAMES
     from llamay_core.plugins_runtime.manager import get_registry
     from llamay_core.state.records import all_records
+
+    from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES
 
     registry = get_registry()
     records = all_records()
@@ -72,6 +73,8 @@ def backend_rows(verbose: bool) -> list[str]:
         coverage = f"{len(caps.ops & OP_NAMES)}/{len(OP_NAMES)} ops"
         if OP_NAMES - caps.ops:  # those run on the fallback backend (engine/split.py)
             coverage += f" (lacks {','.join(sorted(OP_NAMES - caps.ops))}: split to fallback)"
+        family_ops = ",".join(sorted(caps.ops & EXTENDED_OP_NAMES)) or "none: split to fallback"
+        coverage += f" · family ops {family_ops}"
         rows.append(f"{head} available ({caps.device_kind})  {availability.device}")
         rows.append(f"  {'':<10} types {','.join(sorted(caps.weight_types))[:90]}")
         rows.append(f"  {'':<10} {coverage} · kv {','.join(sorted(caps.kv_dtypes))} · conformance: {checked}")

@@ -35,6 +35,14 @@ def build_spec(gguf: GGUFFile) -> ModelSpec:
 
 
 def check_tensors(gguf: GGUFFile, spec: ModelSpec) -> None:
+    """Every tensor the family reads is there with its shape, and the file holds no other:
+    a tensor nobody reads means the family does not implement part of the model (llama.cpp
+    refuses such files too), so running it would be silently wrong."""
+    unused = sorted(set(gguf.tensors) - set(spec.tensor_shapes))
+    if unused:
+        more = f" and {len(unused) - 1} more" if len(unused) > 1 else ""
+        raise ModelFileError(gguf.path, f"tensor {unused[0]}{more} not used by the {gguf.architecture} family "
+                                        f"(refusing rather than computing a different model)")
     for name, shape in spec.tensor_shapes.items():
         t = gguf.tensors.get(name)
         if t is None:

@@ -33,7 +33,7 @@ def value_widths(graph: Graph, tensors: Mapping[str, TensorInfo]) -> dict[str, i
             widths[node.out] = tensors[node.weight].shape[0]
         elif isinstance(node, G.Attention):
             widths[node.out] = node.n_heads * node.value_dim
-        elif isinstance(node, G.Input):
+        elif isinstance(node, (G.Input, G.Columns)):
             widths[node.out] = node.width
         elif node.outputs():  # elementwise and normalisation ops keep their first input's width
             widths[node.outputs()[0]] = widths[node.inputs()[0]]

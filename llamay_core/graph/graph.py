@@ -85,6 +85,15 @@ class GraphBuilder:
     def softcap(self, x: str, cap: float) -> str:
         return self.add_node(ops.Softcap(self._fresh("softcap"), x, cap))
 
+    def rope_table(self, x: str, **kw: Any) -> str:
+        return self.add_node(ops.RopeTable(self._fresh("rope"), x, **kw))
+
+    def columns(self, x: str, start: int, width: int) -> str:
+        return self.add_node(ops.Columns(self._fresh("cols"), x, start, width))
+
+    def moe(self, x: str, **kw: Any) -> str:
+        return self.add_node(ops.Moe(self._fresh("moe"), x, **kw))
+
     def select_rows(self, x: str) -> str:
         return self.add_node(ops.SelectRows(self._fresh("rows"), x))
 

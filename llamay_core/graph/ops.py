@@ -202,6 +202,61 @@ class SelectRows(Op):
 
 
 @attrs.frozen
+class RopeTable(Op):
+    """Rotary embedding with one frequency per rotated pair: theta_i = position * freqs[i].
+
+    Covers every scaled rope a GGUF describes (linear, YaRN, per-dimension factors from a
+    `rope_freqs` tensor): the family folds them into `freqs` (n_rot/2 values). The rotated
+    dims are multiplied by `mscale` (YaRN's magnitude correction); the rest pass through.
+    Pairs as in `Rope` ("normal" or "neox").
+    """
+
+    out: str
+    x: str
+    n_heads: int
+    head_dim: int
+    n_rot: int
+    mode: str
+    freqs: tuple[float, ...]
+    mscale: float = 1.0
+    name: ClassVar[str] = "rope_table"
+
+
+@attrs.frozen
+class Columns(Op):
+    """out = x[:, start:start + width]: one part of a fused projection (phi3's qkv, gate_up)."""
+
+    out: str
+    x: str
+    start: int
+    width: int
+    name: ClassVar[str] = "columns"
+
+
+@attrs.frozen
+class Moe(Op):
+    """A mixture-of-experts SwiGLU feed-forward over x [T, d], experts as 3-D GGUF tensors.
+
+    probs = softmax(x @ router.T) over `n_experts`; the `n_used` most probable experts e
+    (ties: lower index first) get weights probs[e], divided by their sum when `normalize`;
+    out = sum_e weight_e * down_e(silu(gate_e x) * up_e x), where gate_e, up_e, down_e are
+    slice e of `gate_exps` [E, ff, d], `up_exps` [E, ff, d] and `down_exps` [E, d, ff].
+    """
+
+    out: str
+    x: str
+    router: str
+    gate_exps: str
+    up_exps: str
+    down_exps: str
+    n_experts: int
+    n_used: int
+    normalize: bool
+    name: ClassVar[str] = "moe"
+    weight_fields = ("router", "gate_exps", "up_exps", "down_exps")
+
+
+@attrs.frozen
 class Input(Op):
     """out = batch.inputs[out]: an activation [rows, width] handed in by the engine.
 
@@ -231,3 +286,7 @@ OP_NAMES = frozenset(t.name for t in OP_TYPES)
 # Ops that only move activations between backends when a graph is split; not model math.
 SPLIT_OP_TYPES = (Input, Export)
 SPLIT_OP_NAMES = frozenset(t.name for t in SPLIT_OP_TYPES)
+# Ops only some families use; a backend declares each it implements, and the graph split runs
+# the rest elsewhere. They stay out of OP_NAMES, which backends claim wholesale.
+EXTENDED_OP_TYPES = (RopeTable, Columns, Moe)
+EXTENDED_OP_NAMES = frozenset(t.name for t in EXTENDED_OP_TYPES)

@@ -15,7 +15,7 @@ from llamay_core.graph.graph import Graph, GraphBuilder
 from llamay_core.graph.model_spec import Hyperparameters, ModelSpec
 from llamay_core.hookspecs import hookimpl
 from llamay_core.plugins_runtime.registry import FamilyInfo
-from llamay_families.base import read_hparams, rope_freq_scale, weight_shapes
+from llamay_families.base import LlamaVariant, read_hparams, rope_freq_scale, weight_shapes
 
 SWA_PATTERN = 6  # layers i with i % 6 < 5 use the sliding window; every sixth is global
 SWA_ROPE_BASE = 10000.0
@@ -27,7 +27,7 @@ def is_sliding(layer: int) -> bool:
 
 def build(gguf: GGUFFile) -> ModelSpec:
     hp = read_hparams(gguf, rope_mode="neox")
-    shapes = weight_shapes(hp, biases=False)
+    shapes = weight_shapes(gguf, hp, LlamaVariant())
     for i in range(hp.n_layers):
         p = f"blk.{i}."
         shapes.update({p + "attn_q_norm.weight": (hp.key_dim,), p + "attn_k_norm.weight": (hp.key_dim,),

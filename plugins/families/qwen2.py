@@ -5,13 +5,11 @@ from llamay_core.files.gguf_file import GGUFFile
 from llamay_core.graph.model_spec import ModelSpec
 from llamay_core.hookspecs import hookimpl
 from llamay_core.plugins_runtime.registry import FamilyInfo
-from llamay_families.base import build_llama_like, read_hparams, rope_freq_scale, weight_shapes
+from llamay_families.base import LlamaVariant, llama_like_spec, read_hparams
 
 
 def build(gguf: GGUFFile) -> ModelSpec:
-    hp = read_hparams(gguf, rope_mode="neox")
-    graph = build_llama_like(gguf, hp, biases=True, freq_scale=rope_freq_scale(gguf))
-    return ModelSpec(hparams=hp, graph=graph, tensor_shapes=weight_shapes(hp, True))
+    return llama_like_spec(gguf, read_hparams(gguf, rope_mode="neox"), LlamaVariant(biases=True))
 
 
 @hookimpl

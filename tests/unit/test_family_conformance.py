@@ -1,0 +1,46 @@
+"""The family ops' conformance cases pass on cpu and on a backend that runs them through the split."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llamay_conformance.cases_family import FAMILY_LIMITS, build_family_case, family_cases
+from llamay_conformance.harness import nmse, run_built
+from llamay_core.engine.loader import create_backend
+
+CASES = family_cases(["F32", "Q8_0", "Q4_K", "IQ4_NL", "IQ4_XS", "MXFP4"])
+
+
+@pytest.fixture(scope="module")
+def backends():
+    return {name: create_backend(name) for name in ("reference", "cpu")}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_family_case_on_cpu(case, backends):
+    built = build_family_case(case)
+    want = run_built("reference", backends["reference"], built, create_backend)[0]
+    got = run_built("cpu", backends["cpu"], built, create_backend)[0]
+    for g, w in zip(got, want):
+        assert np.isfinite(g).all()
+        assert nmse(g, w) <= FAMILY_LIMITS[case.op][0]
+
+
+def test_every_family_op_has_cases_and_a_limit():
+    from llamay_core.graph.ops import EXTENDED_OP_NAMES
+
+    assert {c.op for c in CASES} == set(EXTENDED_OP_NAMES) == set(FAMILY_LIMITS)
+
+
+def test_a_wrong_moe_is_caught(backends):
+    """Routing to one expert where three were chosen must exceed the limit."""
+    case = next(c for c in CASES if c.op == "moe" and c.type_name == "F32" and c.param("used") == 3)
+    built = build_family_case(case)
+    want = run_built("reference", backends["reference"], built, create_backend)[0][0]
+    node = next(n for n in built.graph.nodes if n.name == "moe")
+    import attrs
+
+    wrong = attrs.evolve(built, graph=attrs.evolve(built.graph, nodes=tuple(
+        attrs.evolve(n, n_used=1) if n is node else n for n in built.graph.nodes)))
+    got = run_built("cpu", backends["cpu"], wrong, create_backend)[0][0]
+    assert nmse(got, want) > FAMILY_LIMITS["moe"][0]

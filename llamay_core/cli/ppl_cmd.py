@@ -17,6 +17,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import llamay
+    from llamay_core.progress import PROGRESS
     from llamay_core.engine.perplexity import perplexity
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
@@ -26,6 +27,7 @@ def run(args: argparse.Namespace) -> int:
             text = f.read()
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, n_seq=1)
 
     def progress(i: int, running: float) -> None:

@@ -17,10 +17,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import llamay
-    from llamay_core.progress import PROGRESS
     from llamay_core.engine.perplexity import perplexity
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
+    from llamay_core.progress import PROGRESS
 
     try:
         with open(args.file, encoding="utf-8", errors="replace") as f:

@@ -21,10 +21,11 @@ def run(args: argparse.Namespace) -> int:
     import llamay
     from llamay_core.bench.benchfork import benchfork
     from llamay_core.bench.gate import check_backend
-    from llamay_core.progress import slow_step
     from llamay_core.bench.measure import fmt_seconds
     from llamay_core.files.model_names import DEFAULT_MODEL
+    from llamay_core.progress import PROGRESS, slow_step
 
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, kv_dtype=args.kv,
                     n_ctx=args.prompt + 12 + args.gen + 16, n_seq=3)
     with slow_step(f"checking {m.backend_name} against reference (first use of this model)"):

@@ -11,6 +11,8 @@ from llamay_core.cli.run_cmd import sampling_flags
 def configure(p: argparse.ArgumentParser) -> None:
     model_flag(p)
     sampling_flags(p, n_default=-1)
+    p.epilog = ('in the chat: /bye leaves, /clear forgets the conversation, /system TEXT sets the system message, '
+                '/? helps; end a line with \\ or wrap lines in """ to write several lines')
 
 
 def chat(args: argparse.Namespace) -> int:

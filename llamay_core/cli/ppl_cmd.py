@@ -20,12 +20,14 @@ def run(args: argparse.Namespace) -> int:
     from llamay_core.engine.perplexity import perplexity
     from llamay_core.errors import UsageError
     from llamay_core.files.model_names import DEFAULT_MODEL
+    from llamay_core.progress import PROGRESS
 
     try:
         with open(args.file, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError as exc:
         raise UsageError(f"cannot read {args.file}: {exc.strerror}") from None
+    PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, n_seq=1)
 
     def progress(i: int, running: float) -> None:

@@ -18,6 +18,7 @@ See docs/backend-authors.md for a walk-through.
 """
 from __future__ import annotations
 
+import types
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 import attrs
@@ -142,8 +143,9 @@ class Executable(Protocol):
 class BackendBase:
     """The optional members of a backend, with their defaults: subclass it, override what applies.
 
-    The engine calls these directly (never "if it has one"), so a backend that does not subclass
-    this class must define every one of them; `missing_members` says which are absent.
+    The engine calls these directly (never "if it has one"). A backend written without this class
+    (an older plugin) is given these defaults for the members it lacks when it is loaded
+    (`adopt_defaults`); only the required members are refused when missing.
     """
 
     # Seconds spent building kernels (shader/JIT compilation) so far, for bench's load line.
@@ -210,3 +212,22 @@ OPTIONAL_MEMBERS = ("compile_seconds", "set_threads", "describe", "bench_lines",
 def missing_members(backend: Any) -> list[str]:
     """Members of the contract `backend` lacks (optional ones come with `BackendBase`)."""
     return [m for m in REQUIRED_MEMBERS + OPTIONAL_MEMBERS if not hasattr(backend, m)]
+
+
+def adopt_defaults(backend: Any) -> list[str]:
+    """Give `backend` `BackendBase`'s default for each optional member it lacks; returns those.
+
+    Backends written before the optional members existed keep working; required members cannot
+    be defaulted and stay missing.
+    """
+    adopted = []
+    for member in OPTIONAL_MEMBERS:
+        if hasattr(backend, member):
+            continue
+        default = getattr(BackendBase, member)
+        try:
+            setattr(backend, member, types.MethodType(default, backend) if callable(default) else default)
+        except (AttributeError, TypeError):  # __slots__ or a frozen object: leave it missing
+            continue
+        adopted.append(member)
+    return adopted

@@ -7,7 +7,7 @@ from typing import Any, Callable
 import attrs
 from gguf.constants import GGML_QUANT_SIZES
 
-from llamay_core.backend_api import KV_DTYPES, KvSpec, missing_members
+from llamay_core.backend_api import KV_DTYPES, KvSpec, adopt_defaults, missing_members
 from llamay_core.engine.model import Model
 from llamay_core.errors import BackendError, BackendFailure, LlamayError, ModelFileError, UsageError, one_line
 from llamay_core.files.gguf_file import GGUFFile, open_gguf
@@ -73,7 +73,9 @@ def backend_step(backend_name: str, stage: str, fn: Callable[..., Any], *args: A
 
 
 def check_contract(name: str, backend: Any) -> None:
-    """Refuse, in one line, a backend object that lacks members of the contract."""
+    """Refuse, in one line, a backend object that lacks required members of the contract; optional
+    members it lacks get `BackendBase`'s defaults."""
+    adopt_defaults(backend)
     missing = missing_members(backend)
     if missing:
         raise BackendError(f"backend {name!r} does not implement the contract: it lacks {', '.join(missing)} "

@@ -41,8 +41,14 @@ def _header_for(model: "Model") -> dict:
         "page_size": spec.page_size,
         "page_bytes": len(model.store.read_page(0)) if spec.max_pages else 0,
         "n_layers": spec.n_layers,
-        "page_encoding": model.store.encoding,
+        "page_encoding": page_encoding(model),
     }
+
+
+def page_encoding(model: "Model") -> str:
+    """The store's declared page layout; a store that declares none (an older plugin) gets a name
+    private to its backend, so its snapshots restore on that backend only."""
+    return getattr(model.store, "encoding", None) or f"private:{model.backend_name}/{model.kv_spec.dtype}"
 
 
 def write_snapshot(ctx: "Context", path: str | os.PathLike[str]) -> int:

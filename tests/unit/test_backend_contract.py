@@ -64,6 +64,27 @@ def test_optional_members_have_defaults_and_missing_ones_are_named():
     based.close()
 
 
+def test_an_older_backend_without_optional_members_gets_their_defaults():
+    from llamay_core.engine.loader import check_contract
+
+    class Older:
+        name, version, capabilities = "older", "1", None
+
+        def probe(self): ...
+        def load_weights(self, tensors): ...
+        def kv_store(self, spec): ...
+        def compile(self, graph, weights, store): ...
+
+    older = Older()
+    check_contract("older", older)
+    assert missing_members(older) == []
+    assert older.describe() == {} and older.bench_lines() == [] and older.compile_seconds == 0.0
+    older.close()
+
+    with pytest.raises(BackendError, match="lacks probe, load_weights, kv_store, compile"):
+        check_contract("incomplete", type("NoMethods", (), {"name": "x", "version": "1", "capabilities": None})())
+
+
 def test_only_the_reference_is_the_reference_and_host_backends_say_so():
     from llamay_backends.cpu.backend import CpuBackend
 

@@ -78,6 +78,7 @@ class ModelInfo:
     backend: str
     device: str
     gpu: bool
+    max_token_bytes: int = 1 << 10  # the longest token's text: a text this many times n_ctx bytes cannot fit
 
 
 class RequestStream(Protocol):
@@ -158,7 +159,8 @@ class LocalEngine:
             chat_template=str(meta.get("tokenizer.chat_template") or ""),
             bos_token=tok.decode([tok.bos_id]) if tok.bos_id is not None and tok.bos_id >= 0 else "",
             eos_token=tok.decode([tok.eos_id]) if tok.eos_id is not None and tok.eos_id >= 0 else "",
-            total_slots=scheduler.max_running, backend=model.backend_name, device=device, gpu=gpu)
+            total_slots=scheduler.max_running, backend=model.backend_name, device=device, gpu=gpu,
+            max_token_bytes=max(1, max(len(tok.token_bytes(i)) for i in range(tok.n_vocab))))
 
     # -- text -------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:

@@ -198,7 +198,15 @@ class LocalEngine:
             stripped = _split_marked(masked, marks, [c.strip() for c in contents])
             if "".join(t for t, _ in stripped) == rendered:
                 parts = stripped
-        return self.model.tokenizer.encode_parts(parts + [(prefill, False)], add_special=True)
+        tok = self.model.tokenizer
+        # The template's own markers (and the end-of-generation tokens) never come from content,
+        # even where the vocabulary marks them user-defined rather than control. Whitespace
+        # tokens (gemma's "\n") mark nothing and keep matching as llama.cpp matches them.
+        markers = set(tok.eog_ids)
+        for text, special in parts:
+            if special:
+                markers |= {t for t in tok.special_tokens_in(text) if tok.token_text(t).strip()}
+        return tok.encode_parts(parts + [(prefill, False)], add_special=True, literal=frozenset(markers))
 
     # -- generation -------------------------------------------------------------------------------
     def _compile(self, spec: ConstraintSpec) -> Any:

@@ -78,6 +78,7 @@ class ModelInfo:
     backend: str
     device: str
     gpu: bool
+    max_token_bytes: int = 1 << 10  # the longest token's text: a text this many times n_ctx bytes cannot fit
 
 
 class RequestStream(Protocol):
@@ -158,7 +159,8 @@ class LocalEngine:
             chat_template=str(meta.get("tokenizer.chat_template") or ""),
             bos_token=tok.decode([tok.bos_id]) if tok.bos_id is not None and tok.bos_id >= 0 else "",
             eos_token=tok.decode([tok.eos_id]) if tok.eos_id is not None and tok.eos_id >= 0 else "",
-            total_slots=scheduler.max_running, backend=model.backend_name, device=device, gpu=gpu)
+            total_slots=scheduler.max_running, backend=model.backend_name, device=device, gpu=gpu,
+            max_token_bytes=max(1, max(len(tok.token_bytes(i)) for i in range(tok.n_vocab))))
 
     # -- text -------------------------------------------------------------------------------------
     def tokenize(self, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -196,7 +198,15 @@ class LocalEngine:
             stripped = _split_marked(masked, marks, [c.strip() for c in contents])
             if "".join(t for t, _ in stripped) == rendered:
                 parts = stripped
-        return self.model.tokenizer.encode_parts(parts + [(prefill, False)], add_special=True)
+        tok = self.model.tokenizer
+        # The template's own markers (and the end-of-generation tokens) never come from content,
+        # even where the vocabulary marks them user-defined rather than control. Whitespace
+        # tokens (gemma's "\n") mark nothing and keep matching as llama.cpp matches them.
+        markers = set(tok.eog_ids)
+        for text, special in parts:
+            if special:
+                markers |= {t for t in tok.special_tokens_in(text) if tok.token_text(t).strip()}
+        return tok.encode_parts(parts + [(prefill, False)], add_special=True, literal=frozenset(markers))
 
     # -- generation -------------------------------------------------------------------------------
     def _compile(self, spec: ConstraintSpec) -> Any:

@@ -55,7 +55,7 @@ class Totals:
         self.cached_tokens = 0
         self.busy_slots = 0  # sequences summed over steps: / steps = average batch
 
-    def add(self, t: "Timings") -> None:
+    def add(self, t: Timings) -> None:
         self.prompt_tokens += t.prompt_n
         self.cached_tokens += t.cache_n
         self.prompt_seconds += t.prompt_ms / 1e3

@@ -12,7 +12,7 @@ then runs over just those.
 from __future__ import annotations
 
 import re
-from typing import Sequence, Union
+from typing import AbstractSet, Sequence, Union
 
 from llamay_core.tokenizer.vocab import ATTR_CONTROL, ATTR_LSTRIP, ATTR_RSTRIP, ATTR_UNKNOWN
 
@@ -92,11 +92,12 @@ class SpecialMatcher:
             self._prefixes[text] = hit
         return hit
 
-    def partition(self, text: str, parse_special: bool) -> list[Fragment]:
-        """Split `text` into raw-text pieces and special token ids, in order."""
+    def partition(self, text: str, parse_special: bool, exclude: AbstractSet[int] = frozenset()) -> list[Fragment]:
+        """Split `text` into raw-text pieces and special token ids, in order; the tokens in
+        `exclude` are never matched (their text stays raw)."""
         if not text:
             return []
-        found = self._occurring(text, parse_special)
+        found = self._occurring(text, parse_special) - exclude
         if not found:
             return [text]
         fragments: list[Fragment] = [text]

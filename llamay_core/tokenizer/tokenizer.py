@@ -7,7 +7,7 @@ pre-tokenizer family enables it, then UTF-8 with invalid bytes replaced.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping, Sequence
+from typing import AbstractSet, Any, Iterable, Mapping, Sequence
 
 from llamay_core.tokenizer.bpe import BpeEncoder, symbols_to_bytes
 from llamay_core.tokenizer.pretokenize import PreTokenizerSpec, pretokenizer_spec
@@ -136,17 +136,25 @@ class Tokenizer:
         """
         return self._encode_fragments(self._special.partition(_valid_unicode(text), parse_special), add_special)
 
-    def encode_parts(self, parts: Sequence[tuple[str, bool]], add_special: bool = True) -> list[int]:
+    def special_tokens_in(self, text: str) -> set[int]:
+        """The special tokens (control or user-defined) that encoding `text` with parse_special finds."""
+        return {f for f in self._special.partition(_valid_unicode(text), True) if not isinstance(f, str)}
+
+    def encode_parts(self, parts: Sequence[tuple[str, bool]], add_special: bool = True,
+                     literal: AbstractSet[int] = frozenset()) -> list[int]:
         """Token ids for the concatenation of `parts`, each a (text, parse_special) pair.
 
-        A chat prompt is the template's own text (whose markers are control tokens) around
+        A chat prompt is the template's own text (whose markers are special tokens) around
         message contents (whose look-alike markers must stay plain text, or a user could close
-        their turn). Raw text on both sides of a part boundary is joined before encoding, so
-        the ids equal `encode` of the whole text wherever no special token is involved.
+        their turn). Parts without parse_special also never match the tokens in `literal`, even
+        user-defined ones (which llama.cpp matches without parse_special, and some templates use
+        as markers). Raw text on both sides of a part boundary is joined before encoding, so the
+        ids equal `encode` of the whole text wherever no special token is involved.
         """
         fragments: list[Fragment] = []
         for text, parse_special in parts:
-            for frag in self._special.partition(_valid_unicode(text), parse_special):
+            exclude = frozenset() if parse_special else literal
+            for frag in self._special.partition(_valid_unicode(text), parse_special, exclude):
                 if isinstance(frag, str) and fragments and isinstance(fragments[-1], str):
                     fragments[-1] += frag
                 else:

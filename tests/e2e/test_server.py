@@ -398,7 +398,8 @@ def test_serve_command_drains_in_flight_requests_on_sigterm(tmp_path):
     path = write_tiny_llama(tmp_path / "tiny.gguf")  # tied: greedy text never reaches EOS
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", str(path),
-                             "-backend", "reference", "-port", str(port), "-ctx", "1400", "-concurrency", "2"],
+                             "-backend", "reference", "-port", str(port), "-ctx", "1400", "-concurrency", "2",
+                             "-shutdown-timeout", "120"],
                             cwd=REPO, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
     base = f"http://127.0.0.1:{port}"

@@ -267,8 +267,9 @@ def test_response_fields_and_assistant_prefill(live):
 
 def test_context_limits_as_llama_server(live):
     """A prompt over the context is a 400 naming it; output cut by the context is `truncated`."""
-    r = live.client.post("/completion", json={"prompt": "x " * 300, "n_predict": 4})
-    assert r.status_code == 400 and "exceeds the available context size" in r.json()["error"]["message"]
+    for prompt in ("x " * 300, "the cat " * 40_000):  # the second, over 64 KiB, is read off the event loop
+        r = live.client.post("/completion", json={"prompt": prompt, "n_predict": 4})
+        assert r.status_code == 400 and "exceeds the available context size" in r.json()["error"]["message"]
     n_prompt = len(live.model.tokenize("the", parse_special=True))
     full = live.client.post("/completion", json={"prompt": "the", "n_predict": -1, "ignore_eos": True,
                                                  "temperature": 0}).json()

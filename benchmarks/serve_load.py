@@ -56,7 +56,8 @@ def spawned_server(args: argparse.Namespace, max_clients: int) -> Iterator[str]:
     """Start `llamay serve` for the run; yield its base URL; stop it with SIGTERM at the end."""
     port = free_port()
     cmd = [sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", args.model, "-port", str(port),
-           "-concurrency", str(max(max_clients, 1)), "-ctx", str(args.ctx)]
+           # -ctx is the whole cache, shared by the sequences (llama-server's -c with -np)
+           "-concurrency", str(max(max_clients, 1)), "-ctx", str(args.ctx * max(max_clients, 1))]
     if args.backend:
         cmd += ["-backend", args.backend]
     if args.api_key:

@@ -31,6 +31,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "lookup", action="store_true", help="speculate with prompt lookup (n-gram drafts)")
     flag(p, "spec", default="none", choices=["none", "ngram"], help="speculative decoding: ngram = -lookup")
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="drafts per step (default 8)")
+    flag(p, "replicas", type=non_negative_int, default=0,
+         help="serve N engine replicas on Ray Serve with prefix-aware routing (needs llamay[cluster]; default 0: off)")
+    flag(p, "ray-address", dest="ray_address", default=None,
+         help="join this Ray cluster (e.g. 10.0.0.5:6379) instead of starting a local one (with -replicas)")
+    flag(p, "threads-per-replica", dest="threads_per_replica", type=positive_int, default=1,
+         help="compute threads (and Ray CPUs) of each replica (default 1)")
     backend_flag(p)
 
 
@@ -43,9 +49,15 @@ def run(args: argparse.Namespace) -> int:
 
     if args.cache_mib < 0:
         raise UsageError(f"-cache-mib must be >= 0, got {args.cache_mib}")
+    lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
+    if args.replicas:
+        from llamay_core.cluster.serve import run as run_cluster
+
+        return run_cluster(args, lookup)
+    if args.ray_address:
+        raise UsageError("-ray-address needs -replicas N")
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=args.ctx, kv_dtype=args.kv,
                     n_seq=args.concurrency, ubatch=args.batch, prefix_cache_mib=args.cache_mib or None)
-    lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
     app = create_app(m, lookup_draft_max=lookup, max_running=args.concurrency, max_waiting=args.queue, prefill_chunk=args.prefill_chunk,
                      api_key=args.api_key, max_body_bytes=args.max_body)
     sock = listen_socket(args.host, args.port)

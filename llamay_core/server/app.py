@@ -52,11 +52,16 @@ class ServerState:
 
 def create_app(model: Any, *, max_running: int = 8, max_waiting: int = 64, prefill_chunk: int = 256,
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               model_id: str | None = None, lookup_draft_max: int = 0) -> Starlette:
-    """An ASGI app serving `model`; its lifespan starts the scheduler thread and drains it at shutdown."""
-    metrics = ServerMetrics()
-    scheduler = Scheduler(model, max_running=max_running, max_waiting=max_waiting,
-                          prefill_chunk=prefill_chunk, metrics=metrics, lookup_draft_max=lookup_draft_max)
+               model_id: str | None = None, lookup_draft_max: int = 0, scheduler: Any = None) -> Starlette:
+    """An ASGI app serving `model`; its lifespan starts the scheduler thread and drains it at shutdown.
+
+    `scheduler` replaces the local Scheduler with an object of the same HTTP-side surface (start,
+    stop, submit, cancel, alive, queue_depth, n_running, metrics), e.g. `cluster.ClusterScheduler`.
+    """
+    if scheduler is None:
+        scheduler = Scheduler(model, max_running=max_running, max_waiting=max_waiting, prefill_chunk=prefill_chunk,
+                              metrics=ServerMetrics(), lookup_draft_max=lookup_draft_max)
+    metrics = scheduler.metrics
     metrics.watch(kv_pages_used=lambda: model.pool.pages_in_use, kv_pages_total=model.pool.capacity,
                   queue_depth=lambda: scheduler.queue_depth, running=lambda: scheduler.n_running)
     availability = model.backend.probe()

@@ -85,7 +85,7 @@ def start_cluster(config: ReplicaConfig, replicas: int, address: str | None = No
     else:
         # Loopback only, no dashboard; exactly the CPUs the replicas ask for, so they all fit.
         ray.init(address="local", include_dashboard=False, num_cpus=replicas * config.threads,
-                 node_ip_address="127.0.0.1", log_to_driver=False)
+                 _node_ip_address="127.0.0.1", log_to_driver=False)
     try:
         serve.start(proxy_location="Disabled")
         tag = uuid.uuid4().hex[:6]

@@ -46,6 +46,7 @@ class PrefixRouter:
         self.max_pages = max_pages
         self.max_keys = max_keys
         self._holders: OrderedDict[bytes, set[int]] = OrderedDict()  # LRU: key -> replicas sent it
+        self._turn = 0
 
     def keys(self, prompt_ids: Sequence[int]) -> tuple[bytes, ...]:
         """Chain keys of the prompt's full pages, as the prefix cache computes them (at least one
@@ -68,9 +69,13 @@ class PrefixRouter:
             known = True
             with_room = [k for k in holders if load[k] < self.saturation]
             if with_room:
-                return Route(min(with_room, key=lambda k: (load[k], k)), "hit", keys)
-        target = min(alive, key=lambda k: (load[k], k))
-        return Route(target, "overflow" if known else "miss", keys)
+                return Route(self._least_loaded(with_room, load), "hit", keys)
+        return Route(self._least_loaded(alive, load), "overflow" if known else "miss", keys)
+
+    def _least_loaded(self, candidates: list[int], load: Sequence[int]) -> int:
+        """The least loaded candidate; ties take turns, so an idle cluster still spreads new prefixes."""
+        self._turn += 1
+        return min(candidates, key=lambda k: (load[k], (k - self._turn) % self.n_replicas))
 
     def record(self, route: Route) -> None:
         """Remember that `route.replica` now computes the prefix of `route.keys`."""

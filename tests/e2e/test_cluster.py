@@ -226,7 +226,8 @@ def test_the_command_serves_and_drains_on_sigterm(tmp_path):
         time.sleep(1.5)
         proc.send_signal(signal.SIGTERM)
         streamer.join(120)
-        assert proc.wait(120) == 0, log.read_text()
+        # uvicorn re-raises SIGTERM once drained; Ray's driver handler turns it into exit(15).
+        assert proc.wait(120) in (0, signal.SIGTERM, -signal.SIGTERM), log.read_text()
         events = result["events"]
         assert events[-1] == "[DONE]"
         assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"

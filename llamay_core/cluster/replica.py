@@ -54,16 +54,13 @@ class EngineReplica:
     """A model and its scheduler; `generate` streams one request's events."""
 
     def __init__(self, config: ReplicaConfig) -> None:
-        # Numba sizes its thread pool from this variable at import, which has not happened yet
-        # in a fresh replica process; set_threads below covers a process that imported it already.
-        os.environ.setdefault("NUMBA_NUM_THREADS", str(config.threads))
         import llamay
 
         self.config = config
         self.model = llamay.load(config.model, backend=config.backend, n_ctx=config.n_ctx,
                                  kv_dtype=config.kv_dtype, n_seq=config.max_running, ubatch=config.ubatch,
                                  prefix_cache_mib=config.prefix_cache_mib or None)
-        if hasattr(self.model.backend, "set_threads"):
+        if hasattr(self.model.backend, "set_threads"):  # Ray gives each replica `threads` CPUs
             self.model.backend.set_threads(config.threads)
         self.metrics = ServerMetrics()
         self.scheduler = Scheduler(self.model, max_running=config.max_running, max_waiting=config.max_waiting,
@@ -98,7 +95,10 @@ class EngineReplica:
         queue: asyncio.Queue[Event] = asyncio.Queue()
 
         def notify(event: Event) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, event)
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # the loop is closed: nobody is waiting any more
+                pass
 
         job = Job(spec.prompt_ids, spec.params, spec.max_tokens, notify, stop=spec.stop, logprobs=spec.logprobs,
                   ignore_eos=spec.ignore_eos)

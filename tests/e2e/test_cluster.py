@@ -1,6 +1,7 @@
 """`llamay serve -replicas 2` on a local Ray instance (loopback), smollm2, 1 thread per replica.
 
-One cluster serves the module (starting Ray and two replicas takes most of the time). The
+One cluster serves the module (starting Ray and two replicas takes most of the time: about a
+minute on the 2-core CI machine, so only the routing test runs by default). The
 routes are the single server's own (`server/app.py`); the tests check what the cluster adds:
 same outputs as one server, prefix-aware routing measured by the replicas' cached_tokens, and
 a killed replica losing only the requests it had in flight.
@@ -119,6 +120,7 @@ def wait_for_probe(served: Served, predicate: Any, timeout: float = 60.0) -> Non
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # the same comparison runs in-process on a tiny model in tests/unit/test_cluster_adapter.py
 def test_seeded_requests_match_a_single_server(cluster):
     _, served = cluster
     got = [served.post(body).json() for body in SEEDED]

@@ -126,10 +126,12 @@ class ClusterScheduler:
         spec = JobSpec(tuple(job.prompt_ids), job.params, job.max_tokens, stop=tuple(job.stop),
                        logprobs=job.logprobs, ignore_eos=job.ignore_eos)
         tried: set[int] = set()
-        generated = 0
+        relayed = 0  # Delta events passed on (what the usage of a cut-short request can report)
         while True:
-            up = [u and k not in tried for k, u in enumerate(self.up)]
-            route = self.router.choose(spec.prompt_ids, self.load, up)
+            untried = [k not in tried for k in range(len(self.replicas))]
+            up = [u and fresh for u, fresh in zip(self.up, untried)]
+            # No untried replica is up: try one that is down (Ray queues the call until it restarts).
+            route = self.router.choose(spec.prompt_ids, self.load, up if any(up) else untried)
             tried.add(route.replica)
             self.router.record(route)
             self.metrics.routed(self.replicas[route.replica].name, route.outcome)
@@ -141,18 +143,18 @@ class ClusterScheduler:
                         raise ReplicaBusy(event.error)
                     started = True
                     if isinstance(event, Delta):
-                        generated += 1
+                        relayed += 1
                     job.notify(event)
                     if isinstance(event, Finished):
                         return
                 raise RuntimeError("the replica closed the stream without finishing the request")
             except asyncio.CancelledError:
-                job.notify(Finished("cancelled", Usage(len(spec.prompt_ids), generated, 0)))
+                job.notify(Finished("cancelled", Usage(len(spec.prompt_ids), relayed, 0)))
                 return
             except Exception as exc:  # a dead or failing replica: Ray raises many kinds
                 self._failed(route, exc)
                 if started or len(tried) >= len(self.replicas) or self._stopping:
-                    job.notify(Finished("error", Usage(len(spec.prompt_ids), generated, 0),
+                    job.notify(Finished("error", Usage(len(spec.prompt_ids), relayed, 0),
                                         f"replica {self.replicas[route.replica].name} failed: {_one_line(exc)}"))
                     return
                 log.warning("replica %s failed before answering; sending the request elsewhere: %s",

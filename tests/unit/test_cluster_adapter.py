@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -108,6 +109,24 @@ def test_a_shared_prefix_goes_to_one_replica_and_hits_its_cache(front):
     hits = [line for line in client.get("/metrics").text.splitlines()
             if line.startswith("llamay_route_requests_total") and 'outcome="hit"' in line]
     assert sum(float(line.rsplit(" ", 1)[1]) for line in hits) >= 2
+
+
+def test_metrics_sum_the_replicas(front, replicas):
+    client, scheduler, _ = front
+    complete(client, "one for the metrics")
+
+    def scraped() -> float:
+        for line in client.get("/metrics").text.splitlines():
+            if line.startswith("llamay_prompt_tokens_total "):
+                return float(line.split()[1])
+        return -1.0
+
+    expected = sum(e.metrics.registry.get_sample_value("llamay_prompt_tokens_total") for e in replicas)
+    deadline = time.monotonic() + 10
+    while scraped() != expected:  # replica figures arrive with the next probe
+        assert time.monotonic() < deadline, (scraped(), expected)
+        time.sleep(0.05)
+    assert expected > 0
 
 
 def test_a_replica_dying_before_answering_loses_nothing(front):

@@ -73,6 +73,12 @@ def test_dead_replicas_are_skipped_and_forgotten():
     assert router.choose(SYSTEM, [0, 0], [False, False]).replica in (0, 1)
 
 
+def test_an_idle_cluster_spreads_new_prefixes():
+    router = PrefixRouter(2, page_size=PAGE, saturation=4)
+    replicas = {route(router, [i] * (3 * PAGE), [0, 0]).replica for i in range(2)}
+    assert replicas == {0, 1}
+
+
 def test_the_key_table_is_bounded():
     router = PrefixRouter(2, page_size=PAGE, saturation=4, max_keys=10)
     for i in range(20):

@@ -7,9 +7,12 @@ that prefix to; it never asks a replica what it holds (a guess that costs nothin
 is corrected by the replica's own cache: a wrong guess only costs a prefill).
 
 Choice, for each request:
-1. hit: the deepest known key held by an up replica with room (in-flight below its saturation);
-   several holders with room: the least loaded.
-2. overflow: the prefix is known but every holder is saturated: the least loaded up replica.
+1. hit: the deepest known key held by an up replica with room; several holders with room: the
+   least loaded. Room: fewer requests in flight than `saturation` (the replica's batch size) and
+   fewer than `imbalance` more than the least loaded replica, so one hot prefix (a shared system
+   prompt) is not piled on one replica while another idles: it spills once, and from then on
+   both replicas hold it.
+2. overflow: the prefix is known but no holder has room: the least loaded up replica.
 3. miss: no replica holds any page of it: the least loaded up replica.
 """
 from __future__ import annotations
@@ -36,13 +39,14 @@ class Route:
 class PrefixRouter:
     """Chooses a replica per request; only the front's event loop calls it (no locking)."""
 
-    def __init__(self, n_replicas: int, page_size: int, saturation: int, max_pages: int = 64,
-                 max_keys: int = 1 << 16) -> None:
+    def __init__(self, n_replicas: int, page_size: int, saturation: int, imbalance: int | None = None,
+                 max_pages: int = 64, max_keys: int = 1 << 16) -> None:
         if n_replicas < 1 or page_size < 1 or saturation < 1:
             raise ValueError("a router needs at least one replica, a page size and a saturation of at least 1")
         self.n_replicas = n_replicas
         self.page_size = page_size
         self.saturation = saturation
+        self.imbalance = imbalance if imbalance is not None else max(2, saturation // 2)
         self.max_pages = max_pages
         self.max_keys = max_keys
         self._holders: OrderedDict[bytes, set[int]] = OrderedDict()  # LRU: key -> replicas sent it
@@ -60,6 +64,7 @@ class PrefixRouter:
         With no replica up, every replica is a candidate: Ray queues the call until one restarts.
         """
         alive = [k for k in range(self.n_replicas) if up[k]] or list(range(self.n_replicas))
+        room = min(self.saturation, min(load[k] for k in alive) + self.imbalance)
         keys = self.keys(prompt_ids)
         known = False
         for key in reversed(keys):
@@ -67,7 +72,7 @@ class PrefixRouter:
             if not holders:
                 continue
             known = True
-            with_room = [k for k in holders if load[k] < self.saturation]
+            with_room = [k for k in holders if load[k] < room]
             if with_room:
                 return Route(self._least_loaded(with_room, load), "hit", keys)
         return Route(self._least_loaded(alive, load), "overflow" if known else "miss", keys)

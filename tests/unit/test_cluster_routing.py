@@ -26,7 +26,7 @@ def test_keys_are_the_prefix_cache_keys_of_the_usable_full_pages():
 
 
 def test_a_shared_prefix_goes_to_the_replica_that_computed_it():
-    router = PrefixRouter(3, page_size=PAGE, saturation=4)
+    router = PrefixRouter(3, page_size=PAGE, saturation=4, imbalance=4)
     load = [0, 0, 0]
     first = route(router, SYSTEM + [1], load)
     assert first.outcome == "miss"
@@ -41,7 +41,7 @@ def test_a_shared_prefix_goes_to_the_replica_that_computed_it():
 
 
 def test_a_saturated_holder_spills_to_the_least_loaded_replica_which_then_holds_it_too():
-    router = PrefixRouter(2, page_size=PAGE, saturation=2)
+    router = PrefixRouter(2, page_size=PAGE, saturation=2, imbalance=8)
     a = route(router, SYSTEM + [1], [0, 0])
     load = [0, 0]
     load[a.replica] = 2
@@ -50,6 +50,21 @@ def test_a_saturated_holder_spills_to_the_least_loaded_replica_which_then_holds_
     load[spill.replica] = 1
     r = route(router, SYSTEM + [3], load)
     assert (r.replica, r.outcome) == (spill.replica, "hit")
+
+
+def test_a_hot_prefix_spills_before_saturation_when_another_replica_idles():
+    router = PrefixRouter(2, page_size=PAGE, saturation=8, imbalance=2)
+    first = route(router, SYSTEM + [1], [0, 0])
+    load = [0, 0]
+    load[first.replica] = 1
+    assert route(router, SYSTEM + [2], load).outcome == "hit"
+    load[first.replica] = 2
+    spill = route(router, SYSTEM + [3], load)
+    assert spill.outcome == "overflow" and spill.replica != first.replica
+    load[spill.replica] = 1
+    # Both hold it now: the least loaded holder gets the next one, as a hit.
+    assert (route(router, SYSTEM + [4], load).replica, route(router, SYSTEM + [5], [2, 2]).outcome) == \
+        (spill.replica, "hit")
 
 
 def test_the_deepest_holder_with_room_wins():

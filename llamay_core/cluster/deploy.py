@@ -65,8 +65,7 @@ class Cluster:
 
         for name in self.app_names:
             serve.delete(name)
-        if self.owns_ray:
-            serve.shutdown()
+        if self.owns_ray:  # the replicas are gone; stopping Ray takes Serve's controller with it
             ray.shutdown()
 
 

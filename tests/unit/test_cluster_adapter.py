@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
@@ -151,3 +152,14 @@ def test_a_replica_dying_mid_stream_ends_that_stream_with_an_error_event(front):
     assert complete(client, "another one that breaks").status_code == 500
     for c in clients:
         c.fail = None
+
+
+def test_cluster_flags_without_ray_or_replicas_are_one_line_errors(tiny_path, monkeypatch, capsys):
+    from llamay_core.cli.main import main
+
+    assert main(["serve", "-m", str(tiny_path), "-ray-address", "127.0.0.1:6379", "-port", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "llamay serve: error: -ray-address needs -replicas N"
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the cluster extra were not installed
+    assert main(["serve", "-m", str(tiny_path), "-replicas", "2", "-port", "0"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == \
+        "llamay serve: error: -replicas needs Ray Serve: pip install 'llamay[cluster]'"

@@ -21,7 +21,12 @@ FRONT_ONLY = frozenset({"llamay_requests"})
 
 
 class ClusterMetrics(ServerMetrics):
-    """ServerMetrics whose `render()` shows the cluster: front requests, summed replicas, routing."""
+    """ServerMetrics whose `render()` shows the cluster: front requests, summed replicas, routing.
+
+    It is a ServerMetrics so the app can count requests and set its gauges as usual; the
+    inherited per-server families other than `requests` stay unrendered, since the replicas'
+    own (summed) take their place.
+    """
 
     def __init__(self, replica_names: Sequence[str], latest: Callable[[], Sequence[dict[str, Any]]]) -> None:
         super().__init__()

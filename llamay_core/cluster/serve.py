@@ -49,8 +49,9 @@ def run(args: argparse.Namespace, lookup_draft_max: int) -> int:
     cluster = start_cluster(config, args.replicas, args.ray_address)
     try:
         app = build_front(config, cluster, api_key=args.api_key, max_body_bytes=args.max_body)
-        sys.stderr.write(f"llamay serve: {config.model} x {args.replicas} replicas "
-                         f"({config.threads} threads each) on Ray, http://{args.host}:{port}/v1\n")
+        threads = f"{config.threads} thread{'s' if config.threads > 1 else ''} each"
+        sys.stderr.write(f"llamay serve: {config.model} x {args.replicas} replicas ({threads}) on Ray, "
+                         f"http://{args.host}:{port}/v1\n")
         sys.stderr.flush()
         # uvicorn handles SIGTERM/SIGINT: it stops accepting and lets in-flight requests finish;
         # the app's shutdown then waits for every relayed job, and shutdown() stops the replicas.

@@ -65,7 +65,8 @@ class Cluster:
 
         for name in self.app_names:
             serve.delete(name)
-        if self.owns_ray:  # the replicas are gone; stopping Ray takes Serve's controller with it
+        if self.owns_ray:
+            serve.shutdown()  # also forgets this process's Serve client, so a later start begins clean
             ray.shutdown()
 
 

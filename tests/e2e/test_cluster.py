@@ -164,22 +164,27 @@ def test_a_killed_replica_fails_only_its_in_flight_stream_and_restarts(cluster):
     _, served = cluster
     sched = scheduler_of(served)
     wait_for_probe(served, lambda s: all(s.up) and all(s.pids))
-    result: dict[str, Any] = {}
+    events: list[str] = []
+    streaming = threading.Event()
 
     def long_stream() -> None:
-        body = {"model": MODEL, "prompt": "Write a long story about a dragon.", "max_tokens": 400,
+        body = {"model": MODEL, "prompt": "Write a long story about a dragon.", "max_tokens": 1000,
                 "temperature": 0, "ignore_eos": True, "stream": True}
         with served.client.stream("POST", "/v1/completions", json=body) as r:
-            result["events"] = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    events.append(line[6:])
+                    if len(events) >= 3:
+                        streaming.set()
 
     streamer = threading.Thread(target=long_stream)
     streamer.start()
-    wait_for_probe(served, lambda s: sum(s.load) == 1, timeout=30)
+    assert streaming.wait(120), "the stream never started"
     victim = sched.load.index(1)
-    time.sleep(1.0)  # let it stream a few tokens
-    os.kill(sched.pids[victim], signal.SIGKILL)
+    old_pid = sched.pids[victim]
+    os.kill(old_pid, signal.SIGKILL)  # mid-stream: tokens reached the client already
     streamer.join(120)
-    events = result["events"]
+    assert not streamer.is_alive()
     assert events[-1] == "[DONE]"
     last = json.loads(events[-2])
     assert last["error"]["type"] == "server_error" and "failed" in last["error"]["message"]
@@ -188,5 +193,4 @@ def test_a_killed_replica_fails_only_its_in_flight_stream_and_restarts(cluster):
     assert [a.status_code for a in answers] == [200] * 4
     assert all(a.json()["usage"]["completion_tokens"] == 4 for a in answers)
     # Ray restarts the dead replica; the front sees it come back with a new process.
-    old_pid = sched.pids[victim]
     wait_for_probe(served, lambda s: s.up[victim] and s.pids[victim] != old_pid, timeout=180)

@@ -101,7 +101,7 @@ def test_answers_match_one_server(tiny_path, front):
 
 
 def test_a_shared_prefix_goes_to_one_replica_and_hits_its_cache(front):
-    client, scheduler, clients = front
+    client, _, clients = front
     before = [c.calls for c in clients]
     usages = [complete(client, PREFIX + f"question {i}").json()["usage"] for i in range(3)]
     calls = [c.calls - b for c, b in zip(clients, before)]
@@ -113,7 +113,7 @@ def test_a_shared_prefix_goes_to_one_replica_and_hits_its_cache(front):
 
 
 def test_metrics_sum_the_replicas(front, replicas):
-    client, scheduler, _ = front
+    client, _, _ = front
     complete(client, "one for the metrics")
 
     def scraped() -> float:
@@ -131,7 +131,7 @@ def test_metrics_sum_the_replicas(front, replicas):
 
 
 def test_a_replica_dying_before_answering_loses_nothing(front):
-    client, scheduler, clients = front
+    client, _, clients = front
     clients[0].fail = "before"
     before = [c.calls for c in clients]
     answers = [complete(client, f"fresh prompt {i}") for i in range(4)]
@@ -139,11 +139,12 @@ def test_a_replica_dying_before_answering_loses_nothing(front):
     assert all(a.json()["usage"]["completion_tokens"] == 6 for a in answers)
     assert clients[0].calls > before[0]  # some went to the dying replica first, and were sent on
     assert clients[1].calls - before[1] == 4  # each answered exactly once
+    assert 'llamay_replica_failures_total{replica="r0"}' in client.get("/metrics").text
     clients[0].fail = None
 
 
 def test_a_replica_dying_mid_stream_ends_that_stream_with_an_error_event(front):
-    client, scheduler, clients = front
+    client, _, clients = front
     for c in clients:
         c.fail = "after"
     events = stream_events(client, "a stream that breaks")

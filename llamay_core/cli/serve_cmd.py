@@ -45,6 +45,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "lookup", action="store_true", help="speculate with prompt lookup (n-gram drafts)")
     flag(p, "spec", default="none", choices=["none", "ngram"], help="speculative decoding: ngram = -lookup")
     flag(p, "spec-draft-max", dest="spec_draft_max", type=positive_int, default=8, help="drafts per step (default 8)")
+    flag(p, "replicas", type=non_negative_int, default=0,
+         help="serve N engine replicas on Ray Serve with prefix-aware routing (needs llamay[cluster]; default 0: off)")
+    flag(p, "ray-address", dest="ray_address", default=None,
+         help="join this Ray cluster (e.g. 10.0.0.5:6379) instead of starting a local one (with -replicas)")
+    flag(p, "threads-per-replica", dest="threads_per_replica", type=positive_int, default=1,
+         help="compute threads (and Ray CPUs) of each replica (default 1)")
     backend_flag(p)
 
 
@@ -61,15 +67,21 @@ def run(args: argparse.Namespace) -> int:
         if not value > 0 or value == float("inf"):
             raise UsageError(f"-{name.replace('_', '-')} must be a positive number of seconds, got {value}")
     name = args.model or DEFAULT_MODEL
+    lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
     n_ctx = None
     if args.ctx is not None:
         n_ctx = args.ctx // args.concurrency
         if n_ctx < 1:
             raise UsageError(f"-ctx {args.ctx} is smaller than -concurrency {args.concurrency}: "
                              "each sequence needs at least one token of context")
+    if args.replicas:
+        from llamay_core.cluster.serve import run as run_cluster
+
+        return run_cluster(args, n_ctx, lookup)
+    if args.ray_address:
+        raise UsageError("-ray-address needs -replicas N")
     m = llamay.load(name, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
                     n_seq=args.concurrency, ubatch=args.batch, prefix_cache_mib=args.cache_mib or None)
-    lookup = args.spec_draft_max if (args.lookup or args.spec == "ngram") else 0
     sock = listen_socket(args.host, args.port)
     runner = Runner(sock, read_timeout_s=args.read_timeout, shutdown_timeout_s=args.shutdown_timeout)
     origins = [o.strip() for o in args.cors_origins.split(",") if o.strip()]

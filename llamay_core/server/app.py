@@ -37,17 +37,22 @@ def create_app(model: Any, *, max_running: int = 8, max_waiting: int = 64, prefi
                api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                model_id: str | None = None, aliases: Sequence[str] = (), strict_model: bool = False,
                lookup_draft_max: int = 0, cors_origins: Sequence[str] = (), read_timeout_s: float = 30.0,
-               shutdown_timeout_s: float = 30.0, on_fatal: Callable[[], None] | None = None) -> Starlette:
+               shutdown_timeout_s: float = 30.0, on_fatal: Callable[[], None] | None = None,
+               scheduler: Any = None) -> Starlette:
     """An ASGI app serving `model`; its lifespan starts the scheduler thread and drains it at shutdown.
 
     on_fatal: called (from the scheduler thread) if the scheduler dies, so the process can exit.
+    `scheduler` replaces the local Scheduler with an object of the same HTTP-side surface (start,
+    stop, submit, cancel, alive, queue_depth, n_running, max_running, metrics), e.g.
+    `cluster.ClusterScheduler` forwarding to Ray Serve replicas.
     """
-    metrics = ServerMetrics()
-    scheduler = Scheduler(model, max_running=max_running, max_waiting=max_waiting, prefill_chunk=prefill_chunk,
-                          metrics=metrics, lookup_draft_max=lookup_draft_max, on_fatal=on_fatal)
+    if scheduler is None:
+        scheduler = Scheduler(model, max_running=max_running, max_waiting=max_waiting, prefill_chunk=prefill_chunk,
+                              metrics=ServerMetrics(), lookup_draft_max=lookup_draft_max, on_fatal=on_fatal)
+        scheduler.metrics.watch_llama_server(scheduler, model)  # a remote scheduler's replicas report theirs
+    metrics = scheduler.metrics
     metrics.watch(kv_pages_used=lambda: model.pool.pages_in_use, kv_pages_total=model.pool.capacity,
                   queue_depth=lambda: scheduler.queue_depth, running=lambda: scheduler.n_running)
-    metrics.watch_llama_server(scheduler, model)
     availability = model.backend.probe()
     gpu = availability.details.get("gpu")
     names = [model_id or model.display_name] + [a for a in aliases if a and a != (model_id or model.display_name)]

@@ -93,7 +93,8 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
                       weight_type: str = "F32", tied: bool = True, context_length: int = 1024,
                       rope_freqs: bool = False, meta: dict[str, Any] | None = None, n_experts: int = 4,
                       n_used: int = 2, tokenizer_from: Path | None = None, chat_template: str | None = None,
-                      extra_tensors: dict[str, np.ndarray] | None = None, proj_gain: float = 1.0) -> Path:
+                      extra_tensors: dict[str, np.ndarray] | None = None, proj_gain: float = 1.0,
+                      moe: bool | None = None) -> Path:
     """A random model of `arch` with real tensor names and metadata; see the module docstring.
 
     `proj_gain` scales every projection: below 1 the blocks perturb the residual stream less, so
@@ -116,7 +117,7 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
         w.add_value_length(head)
     if n_rot or arch == "phi3":
         w.add_rope_dimension_count(rot)
-    moe = arch in ("qwen3moe", "olmoe")
+    moe = arch in ("qwen3moe", "olmoe") if moe is None else moe  # llama with experts: Mixtral
     if moe:
         w.add_expert_count(n_experts)
         w.add_expert_used_count(n_used)

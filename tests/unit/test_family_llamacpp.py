@@ -25,6 +25,7 @@ CASES = {
     "llama-linear": ("llama", "F32", dict(meta={"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})),
     "llama-yarn": ("llama", "F32", dict(meta={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                               "rope.scaling.original_context_length": 64})),
+    "llama-moe": ("llama", "F32", dict(moe=True)),  # Mixtral's layout
     "mistral3-yarn": ("mistral3", "F32", dict(meta={"rope.scaling.type": "yarn", "rope.scaling.factor": 8.0,
                                                    "rope.scaling.original_context_length": 128,
                                                    "rope.scaling.yarn_beta_fast": 16.0,

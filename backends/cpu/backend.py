@@ -40,8 +40,8 @@ class CpuWeight:
 class CpuBackend:
     name = "cpu"
     version = source_fingerprint(__file__)
-    capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES | EXTENDED_OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16", "vq8"},
-                                max_tokens_per_pass=512)
+    capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES | EXTENDED_OP_NAMES, weight_types=WEIGHT_TYPES,
+                                kv_dtypes={"f32", "f16", "vq8"}, max_tokens_per_pass=512)
 
     def __init__(self) -> None:
         self.threads: int | None = None

@@ -36,7 +36,9 @@ def read_hparams(gguf: GGUFFile, rope_mode: str) -> Hyperparameters:
         architecture=gguf.architecture,
         n_layers=int(require(gguf, "block_count")),
         n_embd=n_embd,
-        n_ff=int(require(gguf, "feed_forward_length")),
+        # expert-only files may give just the experts' width, which llama.cpp accepts
+        n_ff=int(gguf.arch_value("feed_forward_length", 0) or gguf.arch_value("expert_feed_forward_length", 0)
+                 or require(gguf, "feed_forward_length")),
         n_heads=n_heads,
         n_kv_heads=n_kv,
         key_dim=key_dim,

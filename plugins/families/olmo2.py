@@ -4,6 +4,8 @@ RMS norm before neox rope. Sliding-window files (OLMo 3) are refused.
 """
 from __future__ import annotations
 
+import attrs
+
 from llamay_core.errors import ModelFileError
 from llamay_core.files.gguf_file import GGUFFile
 from llamay_core.graph.graph import Graph, GraphBuilder
@@ -17,7 +19,7 @@ from llamay_families.rope_scaling import read_rope
 def build(gguf: GGUFFile) -> ModelSpec:
     if int(gguf.arch_value("attention.sliding_window", 0) or 0):
         raise ModelFileError(gguf.path, "unsupported olmo2.attention.sliding_window (OLMo 3 sliding-window layers)")
-    hp = read_hparams(gguf, rope_mode="neox")
+    hp = attrs.evolve(read_hparams(gguf, rope_mode="neox"), tied_embeddings=False)  # as llama.cpp: output.weight required
     shapes = weight_shapes(gguf, hp, LlamaVariant(qk_norm="full"))
     for i in range(hp.n_layers):
         p = f"blk.{i}."

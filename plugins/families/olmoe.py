@@ -2,6 +2,8 @@
 and an expert feed-forward whose top-k softmax weights are used as they are (not renormalised)."""
 from __future__ import annotations
 
+import attrs
+
 from llamay_core.files.gguf_file import GGUFFile
 from llamay_core.graph.model_spec import ModelSpec
 from llamay_core.hookspecs import hookimpl
@@ -11,7 +13,8 @@ from llamay_families.base import LlamaVariant, llama_like_spec, read_hparams
 
 def build(gguf: GGUFFile) -> ModelSpec:
     variant = LlamaVariant(qk_norm="full", moe=True, moe_normalize=False)
-    return llama_like_spec(gguf, read_hparams(gguf, rope_mode="neox"), variant)
+    hp = attrs.evolve(read_hparams(gguf, rope_mode="neox"), tied_embeddings=False)  # as llama.cpp: output.weight required
+    return llama_like_spec(gguf, hp, variant)
 
 @hookimpl
 def llamay_register_families(register):

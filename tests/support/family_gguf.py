@@ -1,8 +1,9 @@
 """Tiny random-weight GGUFs of every family, written with gguf.GGUFWriter the way convert_hf_to_gguf
 writes real ones: the real tensor names, shapes (3-D experts included) and metadata keys.
 
-The weights are scaled so the logits are peaked (a top-1 comparison then means something):
-embeddings and the tied output of std 1, projections of std 1/sqrt(fan-in).
+The weights are scaled so the logits are peaked enough for a top-1 comparison to mean
+something (std ~3 over the vocabulary) and flat enough for a perplexity to be more than 1:
+projections of std 1/sqrt(fan-in), the output matrix of std 3/sqrt(n_embd).
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.support.tiny_gguf import MERGED, MERGES, SPECIALS, byte_level_tokens
 
 ROPE_MODE = {"llama": "normal", "mistral3": "normal", "granite": "normal", "qwen3": "neox", "qwen3moe": "neox",
              "olmoe": "neox", "olmo2": "neox", "phi3": "neox", "qwen2": "neox"}
+LOGIT_STD = 3.0
+UNTIED = ("olmo2", "olmoe")  # llama.cpp requires their output.weight
 QUANTIZABLE = ("F32", "F16", "Q8_0", "Q4_0", "Q5_0", "MXFP4")
 # std of a random raw block per unit of `random_tensor`'s scale (its table values and sub-scales)
 RAW_BLOCK_GAIN = {"IQ4_NL": 65.0, "IQ4_XS": 65.0 * 18.0}
@@ -90,8 +93,12 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
                       weight_type: str = "F32", tied: bool = True, context_length: int = 1024,
                       rope_freqs: bool = False, meta: dict[str, Any] | None = None, n_experts: int = 4,
                       n_used: int = 2, tokenizer_from: Path | None = None, chat_template: str | None = None,
-                      extra_tensors: dict[str, np.ndarray] | None = None) -> Path:
-    """A random model of `arch` with real tensor names and metadata; see the module docstring."""
+                      extra_tensors: dict[str, np.ndarray] | None = None, proj_gain: float = 1.0,
+                      moe: bool | None = None) -> Path:
+    """A random model of `arch` with real tensor names and metadata; see the module docstring.
+
+    `proj_gain` scales every projection: below 1 the blocks perturb the residual stream less, so
+    a small error (8-bit activations) is not amplified layer after layer."""
     rng = np.random.default_rng(seed)
     head = head_dim or d // n_heads
     q_out, kv_out = n_heads * head, n_kv * head
@@ -110,7 +117,7 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
         w.add_value_length(head)
     if n_rot or arch == "phi3":
         w.add_rope_dimension_count(rot)
-    moe = arch in ("qwen3moe", "olmoe")
+    moe = arch in ("qwen3moe", "olmoe") if moe is None else moe  # llama with experts: Mixtral
     if moe:
         w.add_expert_count(n_experts)
         w.add_expert_used_count(n_used)
@@ -126,15 +133,15 @@ def write_family_gguf(path: Path, arch: str, *, seed: int = 0, n_layers: int = 2
         w.add_chat_template(chat_template)
 
     def mat(rows: int, cols: int, *lead: int) -> np.ndarray:
-        return (rng.standard_normal((*lead, rows, cols)) / np.sqrt(cols)).astype(np.float32)
+        return (proj_gain * rng.standard_normal((*lead, rows, cols)) / np.sqrt(cols)).astype(np.float32)
 
     def norm(n: int) -> np.ndarray:
         return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
-    t: dict[str, np.ndarray] = {"token_embd.weight": rng.standard_normal((n_vocab, d)).astype(np.float32),
+    t: dict[str, np.ndarray] = {"token_embd.weight": LOGIT_STD / np.sqrt(d) * rng.standard_normal((n_vocab, d)).astype(np.float32),
                                 "output_norm.weight": norm(d)}
-    if not tied:
-        t["output.weight"] = rng.standard_normal((n_vocab, d)).astype(np.float32)
+    if not tied or arch in UNTIED:
+        t["output.weight"] = LOGIT_STD / np.sqrt(d) * rng.standard_normal((n_vocab, d)).astype(np.float32)
     if rope_freqs:  # from their own generator: the other weights stay those of the same file without them
         frng = np.random.default_rng(seed + 1)
         name = "rope_factors_short.weight" if arch == "phi3" else "rope_freqs.weight"

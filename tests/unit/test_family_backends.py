@@ -24,7 +24,7 @@ FAMILIES = {
     "mistral3": ("mistral3", {}),
     "qwen3": ("qwen3", dict(head_dim=32)),
     "qwen3moe": ("qwen3moe", dict(head_dim=32)),
-    "olmoe": ("olmoe", {}),
+    "olmoe": ("olmoe", dict(n_kv=4)),
     "phi3": ("phi3", dict(n_rot=12, rope_freqs=True)),
     "granite": ("granite", {}),
     "olmo2": ("olmo2", {}),

@@ -27,9 +27,9 @@ TEMPLATES = {
     "llama": ("{% for m in messages %}{{ '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
               "m['content'] | trim + '<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
               "{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}"),
-    "mistral3": ("{% for m in messages %}{% if m['role'] == 'system' %}{{ '[SYSTEM_PROMPT]' + m['content'] + "
-                 "'[/SYSTEM_PROMPT]' }}{% elif m['role'] == 'user' %}{{ '[INST]' + m['content'] + '[/INST]' }}"
-                 "{% else %}{{ m['content'] + '</s>' }}{% endif %}{% endfor %}"),
+    "mistral3": ("{% for m in messages %}{% if m['role'] == 'system' %}{{ '[SYSTEM_PROMPT] ' + m['content'] + "
+                 "'[/SYSTEM_PROMPT]' }}{% elif m['role'] == 'user' %}{{ '[INST] ' + m['content'] + '[/INST]' }}"
+                 "{% else %}{{ ' ' + m['content'] + '</s>' }}{% endif %}{% endfor %}"),
 }
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Name a colour."}]

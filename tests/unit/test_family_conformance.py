@@ -44,3 +44,17 @@ def test_a_wrong_moe_is_caught(backends):
         attrs.evolve(n, n_used=1) if n is node else n for n in built.graph.nodes)))
     got = run_built("cpu", backends["cpu"], wrong, create_backend)[0][0]
     assert nmse(got, want) > FAMILY_LIMITS["moe"][0]
+
+
+@pytest.mark.slow  # ~20-40 s each on a busy 2-core machine
+@pytest.mark.parametrize("arch, kw", [("qwen3moe", {"head_dim": 32}), ("phi3", {"n_rot": 12, "rope_freqs": True})])
+def test_model_level_conformance_passes_on_cpu(tmp_path, capsys, arch, kw):
+    import json
+
+    from llamay_core.cli.main import main
+    from tests.support.family_gguf import write_family_gguf
+
+    path = write_family_gguf(tmp_path / f"{arch}.gguf", arch, **kw)
+    code = main(["conformance", "-backend", "cpu", "-m", str(path), "-level", "model", "-o", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out[0]["passed"], out

@@ -19,33 +19,38 @@ from tests.support.family_gguf import write_family_gguf
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[dev]')")
 
 N_POSITIONS = 300
-TEXT = ("The quick brown fox jumps over the lazy dog while the cat sleeps in the warm sun. " * 8)[:640]
 CASES = {
     "llama": ("llama", "F32", {}),
     "llama-rope-freqs": ("llama", "F32", dict(rope_freqs=True)),
     "llama-linear": ("llama", "F32", dict(meta={"rope.scaling.type": "linear", "rope.scaling.factor": 4.0})),
     "llama-yarn": ("llama", "F32", dict(meta={"rope.scaling.type": "yarn", "rope.scaling.factor": 4.0,
                                               "rope.scaling.original_context_length": 64})),
+    "llama-moe": ("llama", "F32", dict(moe=True)),  # Mixtral's layout
     "mistral3-yarn": ("mistral3", "F32", dict(meta={"rope.scaling.type": "yarn", "rope.scaling.factor": 8.0,
                                                    "rope.scaling.original_context_length": 128,
                                                    "rope.scaling.yarn_beta_fast": 16.0,
                                                    "rope.scaling.yarn_log_multiplier": 1.0})),
     "qwen3": ("qwen3", "F32", dict(head_dim=32)),
     "qwen3moe": ("qwen3moe", "F32", dict(head_dim=32)),
-    "olmoe": ("olmoe", "F32", {}),
+    "olmoe": ("olmoe", "F32", dict(n_kv=4)),  # llama.cpp's olmoe is multi-head (k norm of n_embd)
     "phi3": ("phi3", "F32", dict(n_rot=12)),
     "phi3-rope-factors": ("phi3", "F32", dict(n_rot=12, rope_freqs=True,
                                               meta={"rope.scaling.original_context_length": 1024})),
     "granite": ("granite", "F32", {}),
     "olmo2": ("olmo2", "F32", {}),
-    "llama-Q8_0": ("llama", "Q8_0", {}),
-    "llama-IQ4_NL": ("llama", "IQ4_NL", dict(d=256, ff=256)),
-    "llama-IQ4_XS": ("llama", "IQ4_XS", dict(d=256, ff=256)),
-    "llama-MXFP4": ("llama", "MXFP4", {}),
+    # Quantized files: smaller projections, so llama.cpp's 8-bit activations are not amplified
+    # layer after layer into a perplexity gap that says nothing about the weights.
+    "llama-Q8_0": ("llama", "Q8_0", dict(proj_gain=0.5, tied=False)),
+    "llama-IQ4_NL": ("llama", "IQ4_NL", dict(d=256, ff=256, proj_gain=0.5, tied=False)),
+    "llama-IQ4_XS": ("llama", "IQ4_XS", dict(d=256, ff=256, proj_gain=0.5, tied=False)),
+    "llama-MXFP4": ("llama", "MXFP4", dict(proj_gain=0.5, tied=False)),
 }
-# F32 weights: llama.cpp and llamay differ only in float32 summation order and rope angles.
-# Quantized: llama.cpp's cpu multiplies with activations quantized to 8 bits (q8_0/q8_K).
-NMSE_LIMIT = {"F32": 1e-5, "Q8_0": 1e-3, "IQ4_NL": 1e-3, "IQ4_XS": 1e-3, "MXFP4": 1e-3}
+# ((worst position, mean over positions) NMSE, top-1 agreement). F32 weights: llama.cpp and
+# llamay differ only in float32 summation order and rope angles (measured worst ~1e-11).
+# Quantized: llama.cpp's cpu multiplies with activations quantized to 8 bits (measured worst
+# 6e-4 for IQ4_XS, 1.4e-4 IQ4_NL, 4e-5 Q8_0), which flips the top-1 of a few near-ties.
+QUANT = ((2e-3, 5e-4), 0.97)
+LIMITS = {"F32": ((1e-5, 1e-6), 0.99), "Q8_0": QUANT, "IQ4_NL": QUANT, "IQ4_XS": QUANT, "MXFP4": QUANT}
 
 
 def llamacpp(path, n_ctx: int = 512):
@@ -74,6 +79,11 @@ def llamacpp_ppl(llm, tokens: list[int], n_ctx: int, bos: int | None) -> float:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_family_matches_llamacpp(tmp_path, case):
+    compare(tmp_path, case)
+
+
+def compare(tmp_path, case: str) -> tuple[float, float, float, float, float]:
+    """Assert the limits; return (worst NMSE, mean NMSE, top-1 agreement, ppl, llama.cpp's ppl)."""
     arch, weight_type, kw = CASES[case]
     path = write_family_gguf(tmp_path / f"{case}.gguf", arch, weight_type=weight_type, **kw)
     ids = [int(i) for i in np.random.default_rng(7).integers(0, 263, N_POSITIONS)]
@@ -82,13 +92,18 @@ def test_family_matches_llamacpp(tmp_path, case):
     llm = llamacpp(path)
     theirs = llamacpp_logits(llm, ids)
     per_position = ((ours - theirs) ** 2).sum(1) / (theirs ** 2).sum(1)
-    assert per_position.max() < NMSE_LIMIT[weight_type], f"worst position {per_position.argmax()}"
+    (worst, mean), top1 = LIMITS[weight_type]
+    assert per_position.max() < worst, f"worst position {per_position.argmax()}: {per_position.max():.2e}"
+    assert per_position.mean() < mean, per_position.mean()
     agree = float((ours.argmax(1) == theirs.argmax(1)).mean())
-    assert agree >= 0.98, agree
+    assert agree >= top1, agree
 
+    # Text the model sampled: on English a random model's perplexity is ~1e20, where 1% says nothing.
+    text = model.generate("The ", max_tokens=320, temperature=1.0, seed=0, ignore_eos=True)
     n_ctx = 128
-    ppl = perplexity(model, TEXT, n_ctx=n_ctx).ppl
-    tokens = model.tokenize(TEXT, add_special=True, parse_special=False)
+    ppl = perplexity(model, text, n_ctx=n_ctx).ppl
+    tokens = model.tokenize(text, add_special=True, parse_special=False)
     bos = model.tokenizer.bos_id if model.tokenizer.add_bos else None
-    reference_ppl = llamacpp_ppl(llamacpp(path, n_ctx), tokens, n_ctx, bos)
+    reference_ppl = llamacpp_ppl(llm, tokens, n_ctx, bos)  # each chunk from an empty cache
     assert abs(ppl / reference_ppl - 1) < 0.01, (ppl, reference_ppl)
+    return per_position.max(), per_position.mean(), agree, ppl, reference_ppl

@@ -15,9 +15,9 @@ WARM_PASSES = (32, 2, 1)
 def warm_up(model: Any) -> None:
     """Run one pass of each width in WARM_PASSES on a scratch context, then forget it.
 
-    Only for backends that compile (they report `compile_seconds`); `reference` compiles nothing.
+    The reference compiles nothing and is skipped; any other backend may compile on first use.
     """
-    if not hasattr(model.backend, "compile_seconds"):
+    if model.backend.capabilities.is_reference:
         return
     bos = model.tokenizer.bos_id
     token = bos if bos is not None and bos >= 0 else 0

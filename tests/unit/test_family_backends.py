@@ -88,7 +88,7 @@ class NoExtended(ReferenceBackend):
 def no_extended(monkeypatch):
     from llamay_core.engine import split
 
-    monkeypatch.setattr(split, "FALLBACK_ORDER", ("reference",))
+    monkeypatch.setattr(split, "fallback_order", lambda primary: ["reference"])
     registry = get_registry()
     mod = types.ModuleType("no_extended_plugin")
 

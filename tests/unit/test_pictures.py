@@ -53,7 +53,7 @@ def test_conformance_html_is_one_page_naming_every_op(tiny_path, tmp_path, capsy
     from llamay_core.version import __version__
 
     page = tmp_path / "conformance.html"
-    code = main(["conformance", "-backend", "reference", "-m", str(tiny_path), "-o", "html", "-out", str(page)])
+    code = main(["conformance", "-backend", "example", "-m", str(tiny_path), "-o", "html", "-out", str(page)])
     assert code == 0 and f"wrote {page}" in capsys.readouterr().out
     text = page.read_text()
     parsed = Cells()
@@ -61,7 +61,7 @@ def test_conformance_html_is_one_page_naming_every_op(tiny_path, tmp_path, capsy
     words = set(" ".join(parsed.text).replace(",", " ").split())
     assert set(OP_NAMES) <= words
     assert not {"script", "link", "img", "iframe"} & parsed.tags  # self-contained
-    assert "reference" in words and f"llamay {__version__}" in text and str(tiny_path) in text
+    assert "example" in words and f"llamay {__version__}" in text and str(tiny_path) in text
     assert "background:hsl(" in text or "background:#b9e4c3" in text  # cells coloured by NMSE
     assert "Model level" in text
 
@@ -91,8 +91,8 @@ def test_conformance_counts_cases_on_a_progress_bar(tiny_path, capsys, monkeypat
             yield
 
     monkeypatch.setattr(status_lines, "status_lines", as_on_a_terminal)
-    code = main(["conformance", "-backend", "reference", "-m", str(tiny_path), "-level", "op", "-o", "json"])
+    code = main(["conformance", "-backend", "example", "-m", str(tiny_path), "-level", "op", "-o", "json"])
     captured = capsys.readouterr()
     cases = json.loads(captured.out)[0]["cases"]
-    counts = [int(n) for n in re.findall(r"reference \(ops\): (\d+)case", captured.err)]
+    counts = [int(n) for n in re.findall(r"example \(ops\): (\d+)case", captured.err)]
     assert code == 0 and counts and counts[-1] == len(cases) > 50

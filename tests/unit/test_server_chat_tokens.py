@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from llamay_core.engine.chat_template import render_chat
+from llamay_core.engine.chat_template import CHATML, render_chat
 from llamay_core.files.gguf_file import open_gguf
 from llamay_core.server.engine_api import LocalEngine
 from llamay_core.tokenizer import Tokenizer
@@ -21,10 +21,11 @@ USER_DEFINED = 4
 def chat_engine(path, user_defined: bool) -> types.SimpleNamespace:
     gguf = open_gguf(path)
     metadata = dict(gguf.metadata)
+    metadata.setdefault("tokenizer.chat_template", CHATML)  # the tiny file has none; its vocabulary has ChatML's
     if user_defined:
         metadata["tokenizer.ggml.token_type"] = [USER_DEFINED if t == 3 else t
                                                  for t in metadata["tokenizer.ggml.token_type"]]
-    model = types.SimpleNamespace(gguf=types.SimpleNamespace(metadata=metadata),
+    model = types.SimpleNamespace(gguf=types.SimpleNamespace(metadata=metadata, architecture=gguf.architecture),
                                   tokenizer=Tokenizer.from_metadata(metadata))
     model.chat_prompt = lambda messages, add_generation_prompt=True: render_chat(model, messages, add_generation_prompt)
     engine = types.SimpleNamespace(model=model)

@@ -57,7 +57,9 @@ def test_slow_steps_speak_only_when_slow():
     assert "compiling kernels (one time)" in term.getvalue()
 
 
-def test_warm_up_runs_only_on_backends_that_compile(tiny_model_path, monkeypatch):
+def test_warm_up_runs_on_every_backend_but_the_reference(tiny_model_path, monkeypatch):
+    import attrs
+
     import llamay
     from llamay_core.cli.warm_up import warm_up
 
@@ -67,7 +69,7 @@ def test_warm_up_runs_only_on_backends_that_compile(tiny_model_path, monkeypatch
     m.forward.run = lambda seq, ids, **kw: passes.append(len(ids)) or run(seq, ids, **kw)
     warm_up(m)
     assert passes == []
-    monkeypatch.setattr(m.backend, "compile_seconds", 0.0, raising=False)
+    monkeypatch.setattr(m.backend, "capabilities", attrs.evolve(m.backend.capabilities, is_reference=False))
     warm_up(m)
     assert passes == [32, 2, 1] and m.pool.pages_in_use == 0
 
@@ -76,6 +78,8 @@ def test_a_first_pass_compile_is_not_counted_in_stats(tiny_model_path, monkeypat
     """A backend that JIT-compiles on its first pass (as Numba does): -stats must not time it."""
     import re
 
+    import attrs
+
     import llamay
     from llamay_core.cli.main import main
 
@@ -83,7 +87,7 @@ def test_a_first_pass_compile_is_not_counted_in_stats(tiny_model_path, monkeypat
 
     def load_with_jit(*args, **kwargs):
         m = real_load(*args, **kwargs)
-        monkeypatch.setattr(m.backend, "compile_seconds", 0.0, raising=False)
+        monkeypatch.setattr(m.backend, "capabilities", attrs.evolve(m.backend.capabilities, is_reference=False))
         run, compiled = m.forward.run, []
 
         def first_pass_compiles(seq, ids, **kw):

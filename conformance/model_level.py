@@ -24,10 +24,10 @@ from llamay_core.engine.quick_check import first_divergence
 from llamay_conformance.long_text import SequencePlan
 
 # Measured on smollm2:135m and qwen2.5-coder:0.5b (docs/backend-authors.md, "Calibration"): a
-# backend that quantizes activations to 8 bits per row stays about 10x under both; a backend
-# with any of the bugs there is at least 10x over.
-KLD_MEAN_LIMIT = 5e-3
-KLD_P99_LIMIT = 5e-2
+# backend with 8-bit activations (per 32 of each row, as llama.cpp) reaches mean 4.2e-3 and p99
+# 2.5e-2 on smollm2 (1,024 positions); a page, rope or batching bug reaches 1e-2 to 1e0 and more.
+KLD_MEAN_LIMIT = 1e-2
+KLD_P99_LIMIT = 1e-1
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village",
            "Water boils at a temperature of")
 STATE_SHARED = "The library opened in 1902 with four thousand books. A fire in 1931 destroyed the east wing."

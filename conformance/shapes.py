@@ -22,7 +22,7 @@ def page_layouts(draw: Any, page_size: int) -> dict[str, Any]:
     n_seqs = draw(st.integers(1, 3))
     n_passes = draw(st.integers(1, 3))
     sizes = st.one_of(st.sampled_from([1, page_size - 1, page_size, page_size + 1, 2 * page_size]),
-                      st.integers(1, 3 * page_size))
+                      st.integers(1, 2 * page_size + 8))  # 3 sequences stay within a 128-token pass
     passes = [[draw(sizes) if p == 0 else draw(st.sampled_from([0, 1]) | sizes) for _ in range(n_seqs)]
               for p in range(n_passes)]
     fork: tuple[tuple[int, int, int], ...] = ()

@@ -12,7 +12,9 @@ import numpy as np
 
 # A top-1 flip where reference's two best logits are closer than this is a near-tie: any
 # correct backend with different rounding (8-bit activations, another summation order) may flip it.
-TIE_MARGIN = 0.5
+# Measured (docs/backend-authors.md, "Calibration"): int8 activations per 32 on smollm2:135m flip
+# top-1 at 4 of 1,024 positions where reference's margin is above 0.5, the widest at 1.15.
+TIE_MARGIN = 2.0
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:

@@ -46,6 +46,7 @@ def int8_blocks(x: np.ndarray, per_batch: bool) -> np.ndarray:
 
 class _Variant(ExampleBackend):
     version = "0.0.1"
+    executable: type[ExampleExecutable] = ExampleExecutable  # each variant swaps in its own
 
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> QuantizedNames:
         weights = QuantizedNames(super().load_weights(tensors))
@@ -54,8 +55,6 @@ class _Variant(ExampleBackend):
 
     def compile(self, graph: Any, weights: Any, store: Any) -> ExampleExecutable:
         return self.executable(graph, weights, store)
-
-    executable = ExampleExecutable
 
 
 class _Int8Executable(ExampleExecutable):

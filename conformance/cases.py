@@ -36,6 +36,7 @@ from llamay_conformance.weights import GRID_TYPES, F16_FIELDS, block_size, f32_t
 PAGE_SIZE = 16
 KV_TYPES = ("f32", "f16", "vq8")  # as llamay_core.backend_api.KV_DTYPES; a case's type is "kv-" + dtype
 SOLO_ROWS = 16
+FAMILY_OPS = frozenset(G.EXTENDED_OP_NAMES)  # built by cases_family.py
 
 
 @attrs.frozen
@@ -132,6 +133,10 @@ def _one_op(rng: np.random.Generator, rows: int, widths: dict[str, int], make: C
 
 def build(case: OpCase) -> BuiltCase:
     """The graph, tensors and passes of a case, entirely determined by the case (and its seed)."""
+    if case.op in FAMILY_OPS:
+        from llamay_conformance.cases_family import build_family_case
+
+        return build_family_case(case)
     rng = np.random.default_rng([case.seed, sum(map(ord, case.id))])
     p = case.param
     if case.op in ("add", "mul"):
@@ -362,7 +367,10 @@ def grid(type_names: Iterable[str], seed: int = 0, kv_dtypes: Iterable[str] = ("
         ]
         if t == "F32":
             shaped.append(("matmul", t, "t7x64x48-bias", {"t": 7, "in": 64, "out": 48, "bias": True}))
-    return [OpCase(op, t, label, tuple(sorted(prm.items())), seed) for op, t, label, prm in shaped]
+    from llamay_conformance.cases_family import family_cases
+
+    return [OpCase(op, t, label, tuple(sorted(prm.items())), seed) for op, t, label, prm in shaped] + \
+        family_cases(types, seed)
 
 
 def find_case(case_id: str, type_names: Iterable[str], kv_dtypes: Iterable[str] = ("f32",)) -> OpCase:

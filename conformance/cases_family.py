@@ -1,9 +1,9 @@
 """Op cases for the family ops (`rope_table`, `columns`, `moe`), in the grid's format.
 
-Kept apart from cases.py while that module is rewritten: `family_cases` returns the OpCases,
-`build_family_case` builds one (as `cases.build` does for the core ops) and `FAMILY_LIMITS`
-holds their NMSE limits. A backend that lacks one of these ops runs it through the split, so
-every backend gets these cases.
+`family_cases` returns the OpCases that `cases.grid` adds to every backend's grid, and
+`build_family_case` builds one (`cases.build` hands these ops here). Their limits are in
+limits.py. A backend that lacks one of these ops runs it through the split, so every backend
+gets these cases.
 """
 from __future__ import annotations
 
@@ -14,13 +14,6 @@ import numpy as np
 from llamay_conformance.cases import BuiltCase, OpCase, _one_op
 from llamay_conformance.weights import GRID_TYPES, block_size, random_tensor
 from llamay_core.graph import ops as G
-
-FAMILY_LIMITS: dict[str, tuple[float, str]] = {
-    "rope_table": (1e-5, "as rope: float32 angles over up to 32k positions"),
-    "columns": (0.0, "a pure copy of columns: must be bit-exact"),
-    "moe": (5e-4, "as matmul (8-bit activations allowed); a wrong expert choice or weight gives ~1"),
-}
-
 
 def _yarn_like_freqs(n_rot: int, base: float) -> tuple[float, ...]:
     """Frequencies with per-pair divisors and a ramp, as a Llama 3 or YaRN file produces."""

@@ -25,6 +25,12 @@ LIMITS: dict[str, tuple[float, str]] = {
     "attention": (5e-4, "as llama.cpp's flash attention: online softmax, exp approximations and "
                         "a different summation order over up to a few hundred positions"),
     "kv_write": (5e-4, "checked through the attention that reads what it wrote"),
+    # The family ops (conformance/cases_family.py).
+    "rope_table": (1e-5, "as rope: float32 angles over up to 32k positions"),
+    "columns": (0.0, "a pure copy of columns: must be bit-exact"),
+    "moe": (1e-3, "two quantized matmuls in sequence (gate/up, then down), each allowed matmul's 8-bit "
+                  "activations: about twice matmul's error (Q2_K measured 5.8e-4); a wrong expert choice "
+                  "or weight gives ~1"),
 }
 
 

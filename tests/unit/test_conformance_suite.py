@@ -28,11 +28,12 @@ def tiny_path(tmp_path_factory):
 
 
 def test_every_op_has_cases_and_a_documented_limit():
-    from llamay_core.graph.ops import OP_NAMES
+    from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES
 
     cases = grid({"F32", "Q4_K", "Q8_0", "IQ1_S"})
-    assert {c.op for c in cases} | {"kv_write"} == set(OP_NAMES)  # attention cases cover kv_write
-    assert set(LIMITS) == set(OP_NAMES)
+    every_op = set(OP_NAMES) | set(EXTENDED_OP_NAMES)
+    assert {c.op for c in cases} | {"kv_write"} == every_op  # attention cases cover kv_write
+    assert set(LIMITS) == every_op
     assert all(why for _, why in LIMITS.values())
     assert not any(c.type_name == "IQ1_S" for c in cases)  # exotic types stay out of the grid
     assert len({c.id for c in cases}) == len(cases)

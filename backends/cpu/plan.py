@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import numba
 import numpy as np
+from llamay_backends.cpu import kernels, ops
 
 from llamay_core.backend_api import Batch
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
 from llamay_core.state.host_pages import HostPageStore
-from llamay_backends.cpu import kernels, ops
 
 # A sequence with at most this many rows in a pass uses the grouped decode kernel, whose
 # per-token results are the same bits whatever else shares the pass.

@@ -6,6 +6,7 @@ import time
 from typing import Any, Mapping
 
 import numpy as np
+from llamay_backends.cpu import isa
 
 from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvSpec
 from llamay_core.files.gguf_file import TensorInfo
@@ -13,7 +14,6 @@ from llamay_core.graph.graph import Graph
 from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES, SPLIT_OP_NAMES
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
-from llamay_backends.cpu import isa
 from llamay_backends.cpu.repack import REPACKED_TYPES, repack
 
 WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",

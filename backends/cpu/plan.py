@@ -14,12 +14,12 @@ from typing import Any, Callable
 
 import numba
 import numpy as np
+from llamay_backends.cpu import extended, kernels, ops
 
 from llamay_core.backend_api import Batch
 from llamay_core.graph import ops as G
 from llamay_core.graph.graph import Graph
 from llamay_core.state.host_pages import HostPageStore
-from llamay_backends.cpu import extended, kernels, ops
 
 # A sequence with at most this many rows in a pass uses the grouped decode kernel, whose
 # per-token results are the same bits whatever else shares the pass.
@@ -209,7 +209,8 @@ class CpuPlan:
         bias = self.weights[node.bias].vector if node.bias else None
         code, rows = wt.code, wt.rows
         after_select = node.x in self._selected
-        grouped = self._decode_kernel(code, rows, x.shape[1])
+        # the logits matmul stays exact: int8 activations there move near-tied logits directly
+        grouped = self._decode_kernel(code, rows, x.shape[1], int8=self.int8_decode and not after_select)
 
         def matmul(p: PassInfo) -> None:
             n = count(p)
@@ -234,14 +235,15 @@ class CpuPlan:
                 ops.add_bias(out[:n], bias)
         return matmul
 
-    def _decode_kernel(self, code: int, rows: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+    def _decode_kernel(self, code: int, rows: np.ndarray, cols: int,
+                       int8: bool) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
         """The kernel for a sequence's few rows (decode, draft verification): f(w, X, OUT).
 
         Both choices give a token the same bits alone or beside others. int8: each row of X is
         quantized on its own (per-row scales) and every row is dotted with the same integer
         kernel, whatever the number of rows. float: the grouped kernel (`kernels/_grouped.py`).
         """
-        if self.int8_decode and kernels.uses_q8(code):
+        if int8 and kernels.uses_q8(code):
             kernels.grouped_kernel(code, rows, cols)  # the same geometry check, once
             return lambda w, X, OUT: kernels.matmul_q8(code, w, X, OUT)
         return kernels.grouped_kernel(code, rows, cols)

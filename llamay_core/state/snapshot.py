@@ -83,7 +83,7 @@ def read_snapshot(model: "Model", path: str | os.PathLike[str]) -> "Context":
             prefix = f.read(_PREFIX.size)
             if len(prefix) < _PREFIX.size or not prefix.startswith(MAGIC):
                 raise SnapshotError(f"{name}: not a llamay snapshot")
-            magic, version, header_len = _PREFIX.unpack(prefix)
+            _, version, header_len = _PREFIX.unpack(prefix)
             if version != FORMAT_VERSION:
                 raise SnapshotError(f"{name}: snapshot format v{version}, this llamay reads v{FORMAT_VERSION}")
             header_bytes = f.read(header_len)

@@ -6,9 +6,9 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 import llamay
-from llamay_core.errors import BackendError
 from llamay_core.engine.forward import SequenceChunk
 from llamay_core.engine.kv_pages import SequenceKV
+from llamay_core.errors import BackendError
 from tests.support.tiny_gguf import write_tiny_llama
 
 IDS = [5, 70, 80, 90, 100, 33, 12, 250, 7, 9, 11, 13, 200, 201, 202, 17, 18, 19, 20, 40, 41, 42]

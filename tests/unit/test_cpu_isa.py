@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from llamay_backends.cpu import isa
 
 REPO = Path(__file__).resolve().parents[2]

@@ -347,7 +347,8 @@ def matmul_q8(code, w, X, OUT):
 
     X: float32[T, cols]; OUT: float32[T, rows]; quantized formats only. Each task keeps
     16 weight rows hot in cache and sweeps all T tokens over them. Measured slower than
-    `matmul`'s dequantized tiles + BLAS at T=256; kept for the benchmark and small T.
+    `matmul`'s dequantized tiles + BLAS at T=256; it is the cpu plan's int8 decode kernel (a
+    token's row gets the same bits for any T) and `matmul`'s below SMALL_T.
     """
     _check(code, w, X.shape[1])
     if _is_float(code):
@@ -358,7 +359,9 @@ def matmul_q8(code, w, X, OUT):
         raise ValueError("OUT must be float32[T, rows]")
     XQ = np.empty((T, cols), np.int8)
     XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-    for t in prange(T):
+    # serial: decode passes a few rows, and a second parallel region per matmul would cost a
+    # second barrier (~20-40 us idle, a scheduler slice on a busy machine) for microseconds of work
+    for t in range(T):
         x_sums(X[t], XA[t])
         quantize_q8(X[t], XQ[t], XA[t])
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):

@@ -45,7 +45,9 @@ def llamay_register_backends(register: Callable[..., None]) -> None:
     ``factory`` is imported lazily and called with no arguments the first time the backend is
     used; it returns an object implementing :class:`llamay_core.backend_api.Backend`.
     ``priority`` orders backends for ``load(backend=None)`` among those that are available and
-    passed conformance on the model; higher wins (reference is 0, cpu 50).
+    trusted for the model (a passing conformance record or quick check that covered multi-page
+    contexts and batching; anything your backend raises on the way is recorded as a failure and
+    the next candidate is tried); higher wins (reference is 0, cpu 50).
 
     Return value: ignored. Exceptions raised here are caught; the plugin is listed as failed
     in ``llamay version`` and every other plugin keeps working.

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ from typing import Any, Iterator
 
 import httpx
 import numpy as np
+from serve_load import free_port, running_server  # the sibling script: python benchmarks/serve_cluster.py
 
 SYSTEM = ("You are the help desk of the Northwind public library. The library opens at nine in the "
           "morning and closes at seven in the evening from Monday to Friday, and at five on Saturday; "
@@ -45,12 +45,6 @@ QUESTIONS = ["When do you open on Saturday?", "How many books can I borrow?", "W
              "How much is a late fee?", "Do children pay late fees?"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def server(args: argparse.Namespace, extra: list[str], threads: int) -> Iterator[str]:
     """`llamay serve` with `extra` flags on a free port; numba limited to `threads` in its process."""
@@ -59,28 +53,9 @@ def server(args: argparse.Namespace, extra: list[str], threads: int) -> Iterator
            "-ctx", str(args.ctx), "-concurrency", str(args.concurrency), *extra]
     if args.backend:
         cmd += ["-backend", args.backend]
-    proc = subprocess.Popen(cmd, env={**os.environ, "NUMBA_NUM_THREADS": str(threads)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + args.startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"serve_cluster: `{' '.join(cmd)}` exited with {proc.returncode}")
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/healthz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise SystemExit("serve_cluster: the server did not become ready in time")
-            time.sleep(0.5)
+    with running_server(cmd, {**os.environ, "NUMBA_NUM_THREADS": str(threads)}, port, args.startup_timeout,
+                        "serve_cluster", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as base:
         yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 async def one_request(client: httpx.AsyncClient, prompt: str, max_tokens: int) -> dict[str, Any]:

@@ -63,24 +63,33 @@ def spawned_server(args: argparse.Namespace, max_clients: int) -> Iterator[str]:
     if args.api_key:
         cmd += ["-api-key", args.api_key]
     cmd += args.serve_args
-    proc = subprocess.Popen(cmd, env=os.environ.copy())
+    with running_server(cmd, os.environ.copy(), port, args.startup_timeout, "serve_load") as base:
+        yield base
+
+
+@contextlib.contextmanager
+def running_server(cmd: list[str], env: dict[str, str], port: int, startup_timeout: float, who: str,
+                   **popen: Any) -> Iterator[str]:
+    """Run `cmd` (a `llamay serve` on `port`); yield its base URL once /healthz answers 200; stop it
+    with SIGTERM (then SIGKILL) at the end. `who` names the benchmark in its errors."""
+    proc = subprocess.Popen(cmd, env=env, **popen)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + args.startup_timeout
+        deadline = time.monotonic() + startup_timeout
         while True:
             if proc.poll() is not None:
-                raise SystemExit(f"serve_load: the server exited with {proc.returncode} before it was ready")
+                raise SystemExit(f"{who}: `{' '.join(cmd)}` exited with {proc.returncode} before it was ready")
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(base + "/healthz", timeout=2).status_code == 200:
                     break
             if time.monotonic() > deadline:
-                raise SystemExit("serve_load: the server did not become ready in time")
+                raise SystemExit(f"{who}: the server did not become ready in time")
             time.sleep(0.25)
         yield base
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=60)
+            proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

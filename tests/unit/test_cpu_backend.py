@@ -20,7 +20,7 @@ def nmse(a, b):
 
 @pytest.fixture()
 def float_decode(monkeypatch):
-    """The exact float-activation decode path (the default quantizes activations to int8)."""
+    """The exact float-activation decode path (the default; named so these tests keep it)."""
     monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "float")
 
 
@@ -44,8 +44,9 @@ def test_kv_dtypes_match_reference(tiny_model_path, kv, float_decode):
 
 
 @pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q5_0])
-def test_int8_decode_is_close_to_reference(tmp_path, weight_type):
+def test_int8_decode_is_close_to_reference(tmp_path, weight_type, monkeypatch):
     # decode rows quantize their activations to int8 per 32 (llama.cpp's scheme): close, not exact
+    monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "int8")
     path = write_tiny_llama(tmp_path / "m.gguf", weight_type=weight_type, biases=True, tied=False)
     ref = llamay.load(path, backend="reference", n_ctx=64, page_size=4)
     cpu = llamay.load(path, backend="cpu", n_ctx=64, page_size=4)

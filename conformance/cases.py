@@ -316,9 +316,14 @@ def _attention_cases(kv_types: list[str], seed: int) -> list[tuple[str, str, str
     return out
 
 
-def grid(type_names: Iterable[str], seed: int = 0, kv_dtypes: Iterable[str] = ("f32",)) -> list[OpCase]:
+def grid(type_names: Iterable[str], seed: int = 0, kv_dtypes: Iterable[str] = ("f32",),
+         ops: Iterable[str] | None = None) -> list[OpCase]:
     """Every case for a backend that reads `type_names` (intersected with GRID_TYPES) and stores
-    KV as `kv_dtypes`; the hypothesis-drawn page layouts depend on `seed`."""
+    KV as `kv_dtypes`; the hypothesis-drawn page layouts depend on `seed`.
+
+    `ops`, the backend's declared ops: a family op (rope_table, columns, moe) is checked when the
+    backend implements it or can hand it to a fallback (it has the split ops `input`/`export`);
+    a backend that can do neither never runs such a model, so there is nothing to check."""
     types = [t for t in GRID_TYPES if t in set(type_names)]
     kv_types = [k for k in KV_TYPES if k in set(kv_dtypes)] or ["f32"]
     shaped: list[tuple[str, str, str, dict]] = []
@@ -369,8 +374,10 @@ def grid(type_names: Iterable[str], seed: int = 0, kv_dtypes: Iterable[str] = ("
             shaped.append(("matmul", t, "t7x64x48-bias", {"t": 7, "in": 64, "out": 48, "bias": True}))
     from llamay_conformance.cases_family import family_cases
 
-    return [OpCase(op, t, label, tuple(sorted(prm.items())), seed) for op, t, label, prm in shaped] + \
-        family_cases(types, seed)
+    family = family_cases(types, seed)
+    if ops is not None and not G.SPLIT_OP_NAMES <= set(ops):
+        family = [c for c in family if c.op in set(ops)]
+    return [OpCase(op, t, label, tuple(sorted(prm.items())), seed) for op, t, label, prm in shaped] + family
 
 
 def find_case(case_id: str, type_names: Iterable[str], kv_dtypes: Iterable[str] = ("f32",)) -> OpCase:

@@ -50,11 +50,13 @@ def pytest_generate_tests(metafunc: Any) -> None:
 
         types: set[str] = set()
         kv_dtypes: set[str] = set()
+        ops: set[str] = set()
         for name in backends:
             caps = create_backend(name).capabilities
             types |= set(caps.weight_types)
             kv_dtypes |= set(caps.kv_dtypes)
-        cases = grid(types, kv_dtypes=kv_dtypes)
+            ops |= set(caps.ops)
+        cases = grid(types, kv_dtypes=kv_dtypes, ops=ops)
         metafunc.parametrize("llamay_case", cases, ids=[c.id for c in cases])
 
 

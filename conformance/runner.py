@@ -58,7 +58,7 @@ class Conformance:
             report.cases = run_cases(cases, name, backend, self.reference, self.create)
             return report
         if ops:
-            cases = grid(caps.weight_types, self.seed, caps.kv_dtypes)
+            cases = grid(caps.weight_types, self.seed, caps.kv_dtypes, caps.ops)
             report.cases = run_cases(cases, name, backend, self.reference, self.create)
         if model:
             ref = self.reference_model()

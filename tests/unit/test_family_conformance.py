@@ -59,3 +59,15 @@ def test_model_level_conformance_passes_on_cpu(tmp_path, capsys, arch, kw):
     code = main(["conformance", "-backend", "cpu", "-m", str(path), "-level", "model", "-o", "json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out[0]["passed"], out
+
+
+def test_family_cases_only_for_backends_that_can_run_them():
+    from llamay_conformance.cases import grid
+    from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
+
+    def family_ops(ops):
+        return {c.op for c in grid({"F32"}, 0, ("f32",), ops)} & set(EXTENDED_OP_NAMES)
+
+    assert family_ops(OP_NAMES) == set()  # neither the ops nor a split to hand them off
+    assert family_ops(OP_NAMES | {"moe"}) == {"moe"}
+    assert family_ops(OP_NAMES | SPLIT_OP_NAMES) == set(EXTENDED_OP_NAMES)

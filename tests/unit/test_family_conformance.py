@@ -63,7 +63,7 @@ def test_model_level_conformance_passes_on_cpu(tmp_path, capsys, arch, kw):
 
 def test_family_cases_only_for_backends_that_can_run_them():
     from llamay_conformance.cases import grid
-    from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
+    from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES, SPLIT_OP_NAMES
 
     def family_ops(ops):
         return {c.op for c in grid({"F32"}, 0, ("f32",), ops)} & set(EXTENDED_OP_NAMES)

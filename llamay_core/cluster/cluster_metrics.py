@@ -21,18 +21,17 @@ FRONT_ONLY = frozenset({"llamay_requests"})
 
 
 class ClusterMetrics(ServerMetrics):
-    """ServerMetrics whose `render()` shows the cluster: front requests, summed replicas, routing.
+    """ServerMetrics whose `render()` shows the cluster: summed replicas and routing.
 
-    It is a ServerMetrics so the app can count requests and set its gauges as usual; the
-    inherited per-server families other than `requests` stay unrendered, since the replicas'
-    own (summed) take their place.
+    It is a ServerMetrics so the app can set its gauges as usual; the inherited per-server
+    families stay unrendered, since the replicas' own (summed) take their place. The front's
+    HTTP request counts are the app's own (`HttpMetrics`), rendered beside this.
     """
 
     def __init__(self, replica_names: Sequence[str], latest: Callable[[], Sequence[dict[str, Any]]]) -> None:
         super().__init__()
         self.replica_names = list(replica_names)
         self.view = CollectorRegistry()
-        self.view.register(self.requests)
         self.routes = Counter("llamay_route_requests", "requests routed, by replica and outcome "
                               "(hit: sent to a replica holding its prefix; overflow: the holders were "
                               "saturated; miss: no replica held it)", ["replica", "outcome"], registry=self.view)

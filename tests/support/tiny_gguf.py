@@ -8,6 +8,8 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
+from llamay_core.engine.chat_template import CHATML
+
 
 def byte_level_tokens() -> list[str]:
     """GPT-2's byte-to-unicode alphabet: 256 single-character tokens, one per byte."""
@@ -54,6 +56,9 @@ def write_tiny_llama(path: Path, *, arch: str = "llama", n_layers: int = 2, d: i
     w.add_bos_token_id(vocab - 4)
     w.add_eos_token_id(vocab - 2)
     w.add_add_bos_token(False)
+    # Its vocabulary has ChatML's markers, and a GGUF without a template gets no silent ChatML.
+    if "tokenizer.chat_template" not in (extra_meta or {}):
+        w.add_chat_template(CHATML)
     for key, value in (extra_meta or {}).items():
         w.add_string(key, value) if isinstance(value, str) else w.add_uint32(key, value)
 

@@ -95,4 +95,6 @@ def test_conformance_counts_cases_on_a_progress_bar(tiny_path, capsys, monkeypat
     captured = capsys.readouterr()
     cases = json.loads(captured.out)[0]["cases"]
     counts = [int(n) for n in re.findall(r"example \(ops\): (\d+)case", captured.err)]
-    assert code == 0 and counts and counts[-1] == len(cases) > 50
+    # The bar counts every case the backend runs; family-op cases it hands to a fallback through
+    # the split run there too, so the bar may count more than the report's cases, never fewer.
+    assert code == 0 and counts and counts[-1] >= len(cases) > 50

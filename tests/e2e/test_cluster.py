@@ -99,7 +99,7 @@ def cluster() -> Iterator[tuple[Any, Served]]:
 
 
 def scheduler_of(served: Served) -> Any:
-    return served.app.state.llamay.scheduler
+    return served.app.state.llamay.engine.scheduler
 
 
 def replica_cached_tokens(served: Served) -> dict[str, float]:

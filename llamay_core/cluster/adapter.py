@@ -84,11 +84,6 @@ class ClusterScheduler:
             raise SchedulerFull("the server is shutting down")
         if len(self._tasks) >= self.limit:
             raise SchedulerFull(f"{len(self._tasks)} requests in flight (limit {self.limit})")
-        if job.constraint is not None:
-            # A constraint holds a live grammar matcher, which cannot cross to a replica.
-            job.notify(Finished("error", Usage(len(job.prompt_ids), 0, 0),
-                                "response_format is not served by -replicas yet; use a single `llamay serve`"))
-            return
         self._idle.clear()
         task = asyncio.get_running_loop().create_task(self._relay(job))
         self._tasks[job] = task
@@ -129,9 +124,7 @@ class ClusterScheduler:
             self._idle.set()
 
     async def _relay(self, job: Job) -> None:
-        spec = JobSpec(tuple(job.prompt_ids), job.params, job.max_tokens, stop=tuple(job.stop),
-                       logprobs=job.logprobs, ignore_eos=job.ignore_eos, adjust=job.adjust,
-                       post_sampling=job.post_sampling)
+        spec = JobSpec.of(job)
         tried: set[int] = set()
         relayed = 0  # Delta events passed on (what the usage of a cut-short request can report)
         while True:

@@ -2,7 +2,9 @@
 
 Each replica keeps the single-server metrics (`server/metrics.py`) in its process; the front's
 health loop fetches their text every probe. Summing is exact for counters, histograms (same
-buckets everywhere) and the gauges here (pages, queue, running); per-replica views are the
+buckets everywhere) and the gauges of amounts (pages, queue, running; throughputs, since the
+replicas run side by side); the gauges that are shares or per-call averages are the replicas'
+values weighted by what each average is over (`AVERAGED`). Per-replica views are the
 `llamay_replica_*` families.
 """
 from __future__ import annotations
@@ -18,6 +20,13 @@ from llamay_core.server.metrics import ServerMetrics
 
 # The front answers HTTP itself; the replicas' request counters stay at zero.
 FRONT_ONLY = frozenset({"llamay_requests"})
+
+# Gauge -> the samples whose sum, per replica, weighs its value in the cluster's mean.
+AVERAGED = {
+    "llamacpp:prompt_cache_hit_ratio": ("llamacpp:prompt_tokens_total", "llamacpp:prompt_tokens_cache_total"),
+    "llamacpp:n_busy_slots_per_decode": ("llamacpp:n_decode_total",),
+    "llamacpp:kv_cache_usage_ratio": ("llamay_kv_pages_total",),
+}
 
 
 class ClusterMetrics(ServerMetrics):
@@ -66,10 +75,11 @@ class _ReplicaSum:
                                    "prefix cache (since it started)", labels=["replica"])
         families: dict[str, Metric] = {}
         sums: dict[tuple[str, str, tuple[tuple[str, str], ...]], float] = {}
+        weighted: dict[str, list[float]] = {}  # averaged gauge -> [sum of value x weight, sum of weights]
         for name, s in zip(self.names, stats):
             up.add_metric([name], 1.0 if s.get("alive") else 0.0)
             in_flight.add_metric([name], float(s.get("in_flight", 0)))
-            replica_cached = 0.0
+            plain: dict[str, float] = {}  # this replica's unlabelled samples
             for family in text_string_to_metric_families(s.get("metrics", "")):
                 if family.name in FRONT_ONLY or family.name.endswith("_created"):
                     continue
@@ -79,9 +89,17 @@ class _ReplicaSum:
                         continue
                     key = (family.name, sample.name, tuple(sorted(sample.labels.items())))
                     sums[key] = sums.get(key, 0.0) + sample.value
-                    if sample.name == "llamay_cached_tokens_total":
-                        replica_cached = sample.value
-            cached.add_metric([name], replica_cached)
+                    if not sample.labels:
+                        plain[sample.name] = sample.value
+            cached.add_metric([name], plain.get("llamay_cached_tokens_total", 0.0))
+            for gauge, over in AVERAGED.items():
+                if gauge in plain:
+                    weight = sum(plain.get(w, 0.0) for w in over)
+                    acc = weighted.setdefault(gauge, [0.0, 0.0])
+                    acc[0] += plain[gauge] * weight
+                    acc[1] += weight
+        for gauge, (total, weight) in weighted.items():
+            sums[(gauge, gauge, ())] = total / weight if weight else 0.0
         yield up
         yield in_flight
         yield cached

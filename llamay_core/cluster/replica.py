@@ -1,7 +1,7 @@
 """One engine replica: a loaded model and its continuous-batching `Scheduler`, inside a Ray Serve replica.
 
 The replica speaks the scheduler's own language: it receives a `JobSpec` (a `Job` without its
-callback and constraint, so it pickles), runs it on the local scheduler and streams the
+callback, its constraint as data, so it pickles), compiles the constraint, runs it on the local scheduler and streams the
 scheduler's `Delta`/`Finished` events back. Routes, validation and formatting stay in
 `llamay_core/server/app.py`, which runs in the front process.
 
@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import Any, AsyncIterator
+import threading
+from typing import Any, AsyncIterator, Callable
 
 import attrs
 
 from llamay_core.engine.sampling import SamplingParams
+from llamay_core.server.engine_api import ConstraintSpec, EngineRejected, compile_constraint
 from llamay_core.server.metrics import ServerMetrics
 from llamay_core.server.scheduler import Event, Finished, Job, Scheduler, SchedulerFull, Usage
 
@@ -40,7 +42,7 @@ class ReplicaConfig:
 
 @attrs.frozen
 class JobSpec:
-    """What crosses the wire for one request: the arguments of `Job` but its callback and constraint."""
+    """What crosses the wire for one request: a `Job` without its callback, its constraint as data."""
 
     prompt_ids: tuple[int, ...]
     params: SamplingParams
@@ -50,6 +52,19 @@ class JobSpec:
     ignore_eos: bool = False
     adjust: Any = None  # a server LogitAdjust (logit_bias, presence/frequency penalties): plain data
     post_sampling: bool = False
+    constraint: ConstraintSpec | None = None  # compiled again by the replica, on its own vocabulary
+
+    @classmethod
+    def of(cls, job: Job) -> "JobSpec":
+        return cls(tuple(job.prompt_ids), job.params, job.max_tokens, stop=tuple(job.stop), logprobs=job.logprobs,
+                   ignore_eos=job.ignore_eos, adjust=job.adjust, post_sampling=job.post_sampling,
+                   constraint=job.constraint_spec)
+
+    def job(self, notify: Callable[[Event], None], constraint: Any = None) -> Job:
+        """The `Job` this spec describes, reporting to `notify`; `constraint` is the compiled matcher."""
+        return Job(self.prompt_ids, self.params, self.max_tokens, notify, stop=self.stop, logprobs=self.logprobs,
+                   ignore_eos=self.ignore_eos, constraint=constraint, adjust=self.adjust,
+                   post_sampling=self.post_sampling, constraint_spec=self.constraint)
 
 
 class EngineReplica:
@@ -72,6 +87,7 @@ class EngineReplica:
                            queue_depth=lambda: self.scheduler.queue_depth,
                            running=lambda: self.scheduler.n_running)
         self.metrics.watch_llama_server(self.scheduler, self.model)  # summed by the front's /metrics
+        self._compile_lock = threading.Lock()  # the model's compiled-grammar cache is not thread-safe
         self.scheduler.start()
 
     def describe(self) -> dict[str, Any]:
@@ -105,8 +121,14 @@ class EngineReplica:
             except RuntimeError:  # the loop is closed: nobody is waiting any more
                 pass
 
-        job = Job(spec.prompt_ids, spec.params, spec.max_tokens, notify, stop=spec.stop, logprobs=spec.logprobs,
-                  ignore_eos=spec.ignore_eos, adjust=spec.adjust, post_sampling=spec.post_sampling)
+        constraint = None
+        if spec.constraint is not None:
+            try:
+                constraint = await asyncio.to_thread(self._compile, spec.constraint)
+            except EngineRejected as exc:  # the front compiled it already: only a mismatched vocabulary gets here
+                yield Finished("error", Usage(len(spec.prompt_ids), 0, 0), str(exc))
+                return
+        job = spec.job(notify, constraint)
         try:
             self.scheduler.submit(job)
         except SchedulerFull as exc:
@@ -121,6 +143,10 @@ class EngineReplica:
         finally:
             if not finished:
                 self.scheduler.cancel(job)
+
+    def _compile(self, spec: ConstraintSpec) -> Any:
+        with self._compile_lock:
+            return compile_constraint(self.model, spec)
 
     def check_health(self) -> None:
         """Ray Serve calls this periodically; raising makes it replace the replica."""

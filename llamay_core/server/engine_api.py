@@ -210,13 +210,8 @@ class LocalEngine:
 
     # -- generation -------------------------------------------------------------------------------
     def _compile(self, spec: ConstraintSpec) -> Any:
-        from llamay_core.constrain.sources import grammar_for
-
         with self._compile_lock:  # the compiled-grammar cache is shared
-            try:
-                return grammar_for(self.model, spec.kind, spec.source).start()
-            except (LlamayError, RecursionError, ValueError, TypeError) as exc:
-                raise EngineRejected(f"{spec.kind}: {exc}", spec.kind) from None
+            return compile_constraint(self.model, spec)
 
     async def submit(self, request: GenerationRequest) -> _Relay:
         from llamay_core.server.logit_adjust import LogitAdjust
@@ -228,7 +223,7 @@ class LocalEngine:
         adjust = LogitAdjust.build(request.logit_bias, request.presence_penalty, request.frequency_penalty)
         job = Job(request.prompt_ids, request.params, request.max_tokens, relay.notify, stop=request.stop,
                   logprobs=request.logprobs, ignore_eos=request.ignore_eos, constraint=constraint, adjust=adjust,
-                  post_sampling=request.post_sampling_probs)
+                  post_sampling=request.post_sampling_probs, constraint_spec=request.constraint)
         try:
             self.scheduler.submit(job)
         except SchedulerFull as exc:
@@ -251,6 +246,19 @@ class LocalEngine:
 
     def metrics(self) -> bytes:
         return self.metrics_registry.render()
+
+
+def compile_constraint(model: Any, spec: ConstraintSpec) -> Any:
+    """A fresh matcher for `spec` on `model`'s vocabulary; EngineRejected (a 400) when it does not compile.
+
+    Callers serialize calls per model: the compiled-grammar cache behind it is not thread-safe.
+    """
+    from llamay_core.constrain.sources import grammar_for
+
+    try:
+        return grammar_for(model, spec.kind, spec.source).start()
+    except (LlamayError, RecursionError, ValueError, TypeError) as exc:
+        raise EngineRejected(f"{spec.kind}: {exc}", spec.kind) from None
 
 
 def _split_prefill(messages: Sequence[Mapping[str, Any]]) -> tuple[Sequence[Mapping[str, Any]], str]:

@@ -124,9 +124,11 @@ class Job:
     def __init__(self, prompt_ids: Sequence[int], params: SamplingParams, max_tokens: int,
                  notify: Callable[[Event], None], stop: Sequence[str] = (), logprobs: int | None = None,
                  ignore_eos: bool = False, constraint: Any = None, adjust: Any = None,
-                 post_sampling: bool = False) -> None:
+                 post_sampling: bool = False, constraint_spec: Any = None) -> None:
         self.prompt_ids = list(prompt_ids)
         self.constraint = constraint  # a llamay_core.constrain Constraint: masks each step's logits
+        # The constraint as data (engine_api.ConstraintSpec): what a remote replica compiles again.
+        self.constraint_spec = constraint_spec
         self.adjust = adjust  # a LogitAdjust (logit_bias, presence/frequency penalties) or None
         self.post_sampling = post_sampling  # logprobs from the sampler's final distribution
         self.params = params

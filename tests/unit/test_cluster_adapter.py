@@ -100,6 +100,22 @@ def test_answers_match_one_server(tiny_path, front):
     assert got == want
 
 
+def test_response_format_is_compiled_on_the_replica_and_matches_one_server(tiny_path, front):
+    client, _, _ = front
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    body = {"prompt": "give json", "max_tokens": 24, "temperature": 0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    got = client.post("/v1/completions", json=body)
+    assert got.status_code == 200, got.text
+    model = llamay.load(tiny_path, backend="reference", n_ctx=256, n_seq=4)
+    with TestClient(create_app(model, max_running=4)) as single:
+        want = single.post("/v1/completions", json=body).json()
+    assert got.json()["choices"][0]["text"] == want["choices"][0]["text"]
+    bad = dict(body, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": 7}}})
+    refused = client.post("/v1/completions", json=bad)
+    assert refused.status_code == 400, refused.text
+
+
 def test_a_shared_prefix_goes_to_one_replica_and_hits_its_cache(front):
     client, _, clients = front
     before = [c.calls for c in clients]

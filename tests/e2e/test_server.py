@@ -9,11 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -28,7 +25,6 @@ from llamay_core.server.app import create_app
 
 API_KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
-REPO = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -393,25 +389,12 @@ def test_metrics_in_prometheus_format(live):
 
 
 def test_serve_command_drains_in_flight_requests_on_sigterm(tmp_path):
+    from tests.support.serve_process import serve_process
     from tests.support.tiny_gguf import write_tiny_llama
 
     path = write_tiny_llama(tmp_path / "tiny.gguf")  # tied: greedy text never reaches EOS
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", str(path),
-                             "-backend", "reference", "-port", str(port), "-ctx", "1400", "-concurrency", "2",
-                             "-shutdown-timeout", "120"],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(base + "/healthz", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+    args = ["-m", str(path), "-backend", "reference", "-ctx", "1400", "-concurrency", "2", "-shutdown-timeout", "120"]
+    with serve_process(args, free_port(), ready_path="/healthz") as (proc, base):
         with httpx.stream("POST", base + "/v1/completions", timeout=60,
                           json={"prompt": "drain", "max_tokens": 600, "temperature": 0, "stream": True}) as r:
             lines = r.iter_lines()
@@ -425,11 +408,6 @@ def test_serve_command_drains_in_flight_requests_on_sigterm(tmp_path):
         assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
         with pytest.raises(httpx.TransportError):
             httpx.get(base + "/healthz", timeout=1)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
 
 
 @pytest.mark.model

@@ -287,31 +287,15 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
     -alias; -ctx is split among the slots; SIGTERM with -shutdown-timeout 1 ends a long generation
     within a few seconds."""
     import signal
-    import subprocess
-    import sys
 
-    from tests.e2e.test_server import REPO, free_port
+    from tests.e2e.test_server import free_port
+    from tests.support.serve_process import serve_process
     from tests.support.tiny_gguf import write_tiny_llama
 
     path = write_tiny_llama(tmp_path / "tiny-cmd.gguf")  # tied: greedy text never reaches EOS
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", str(path),
-                             "-backend", "reference", "-port", str(port), "-ctx", "24000", "-batch", "8",
-                             "-alias", "friendly", "-shutdown-timeout", "1"],
-                            cwd=REPO, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO)})
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read()
-            try:
-                if httpx.get(base + "/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.1)
+    args = ["-m", str(path), "-backend", "reference", "-ctx", "24000", "-batch", "8", "-alias", "friendly",
+            "-shutdown-timeout", "1"]
+    with serve_process(args, free_port()) as (proc, base):
         listed = httpx.get(base + "/v1/models").json()["data"]
         assert [(m["id"], m["aliases"]) for m in listed] == [("tiny-cmd", ["tiny-cmd", "friendly"])]
         props = httpx.get(base + "/props").json()  # -ctx is shared out among the 8 slots, as llama-server
@@ -330,11 +314,6 @@ def test_serve_command_names_small_batch_and_bounded_drain(tmp_path):
         assert "data: [DONE]" not in received  # cut short by the drain limit
         proc.wait(timeout=20)
         assert time.monotonic() - start < 15
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
 
 
 def test_many_messages_cost_linear_time(live):

@@ -2,16 +2,14 @@
 to print numbers for it, and load(backend=None) does not pick it."""
 from __future__ import annotations
 
-import types
 
 import attrs
 import numpy as np
 import pytest
 
+from tests.support.plugins import registered_backends
 from llamay_backends.reference.backend import ReferenceBackend, ReferenceExecutable
-from llamay_core.hookspecs import hookimpl
 from llamay_core.plugins_runtime.manager import get_registry
-from llamay_core.plugins_runtime.registry import BackendInfo
 
 
 class BrokenExecutable(ReferenceExecutable):
@@ -63,18 +61,9 @@ BROKEN = {"broken-offby": ("OffByBackend", "rms_norm"), "broken-lastrow": ("Last
 @pytest.fixture(scope="module")
 def broken_backends():
     """Registers the three broken backends (priority 100: they would be picked first) and removes them."""
-    registry = get_registry()
-    mod = types.ModuleType("broken_backends_plugin")
-
-    @hookimpl
-    def llamay_register_backends(register):
-        for name, (attr, _) in BROKEN.items():
-            register(BackendInfo(name=name, factory=f"{__name__}:{attr}", priority=100))
-
-    mod.llamay_register_backends = llamay_register_backends
-    registry.add_plugin(mod, "broken_backends_plugin")
-    yield sorted(BROKEN)
-    registry.remove_plugin("broken_backends_plugin")
+    factories = {name: f"{__name__}:{attr}" for name, (attr, _) in BROKEN.items()}
+    with registered_backends("broken_backends_plugin", factories, priority=100):
+        yield sorted(BROKEN)
 
 
 @pytest.fixture(scope="module")

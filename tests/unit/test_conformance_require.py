@@ -1,16 +1,13 @@
 """`llamay conformance -require NAMES` fails when a required backend is skipped (CI fails closed)."""
 from __future__ import annotations
 
-import types
 
 import pytest
 
+from tests.support.plugins import registered_backends
 from llamay_backends.reference.backend import ReferenceBackend
 from llamay_core.backend_api import Availability
 from llamay_core.cli.main import main
-from llamay_core.hookspecs import hookimpl
-from llamay_core.plugins_runtime.manager import get_registry
-from llamay_core.plugins_runtime.registry import BackendInfo
 
 
 class Absent(ReferenceBackend):
@@ -22,17 +19,8 @@ class Absent(ReferenceBackend):
 
 @pytest.fixture()
 def absent_backend():
-    registry = get_registry()
-    mod = types.ModuleType("absent_plugin")
-
-    @hookimpl
-    def llamay_register_backends(register):
-        register(BackendInfo(name="absent", factory=f"{__name__}:Absent", priority=-99))
-
-    mod.llamay_register_backends = llamay_register_backends
-    registry.add_plugin(mod, "absent_plugin")
-    yield
-    registry.remove_plugin("absent_plugin")
+    with registered_backends("absent_plugin", {"absent": f"{__name__}:Absent"}, priority=-99):
+        yield
 
 
 def test_a_skipped_required_backend_fails(absent_backend, capsys):

@@ -1,17 +1,14 @@
 """A backend that lacks ops still works: the graph is split and the rest runs on a fallback."""
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import pytest
 
+from tests.support.plugins import registered_backends
 from llamay_backends.reference.backend import ReferenceBackend
 from llamay_core.backend_api import Capabilities
 from llamay_core.graph import ops as G
-from llamay_core.hookspecs import hookimpl
-from llamay_core.plugins_runtime.manager import get_registry
-from llamay_core.plugins_runtime.registry import BackendInfo
 
 
 def partial(name: str, lacks: set[str], split_ops: bool = True) -> type:
@@ -28,18 +25,9 @@ PARTIAL = {"partial-norope": "NoRope", "partial-nokv": "NoKv", "partial-nosplit"
 
 @pytest.fixture(scope="module")
 def partial_backends():
-    registry = get_registry()
-    mod = types.ModuleType("partial_backends_plugin")
-
-    @hookimpl
-    def llamay_register_backends(register):
-        for name, attr in PARTIAL.items():
-            register(BackendInfo(name=name, factory=f"{__name__}:{attr}", priority=1))
-
-    mod.llamay_register_backends = llamay_register_backends
-    registry.add_plugin(mod, "partial_backends_plugin")
-    yield
-    registry.remove_plugin("partial_backends_plugin")
+    factories = {name: f"{__name__}:{attr}" for name, attr in PARTIAL.items()}
+    with registered_backends("partial_backends_plugin", factories, priority=1):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -1,19 +1,16 @@
 """Every family and new weight type on cpu equals reference; MoE's definition; the split fallback."""
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import pytest
 
 import llamay
+from tests.support.plugins import registered_backends
 from llamay_backends.reference import ops
 from llamay_backends.reference.backend import ReferenceBackend
 from llamay_core.backend_api import Capabilities
 from llamay_core.graph import ops as G
-from llamay_core.hookspecs import hookimpl
-from llamay_core.plugins_runtime.manager import get_registry
-from llamay_core.plugins_runtime.registry import BackendInfo
 from tests.support.family_gguf import write_family_gguf
 
 IDS = [int(i) for i in np.random.default_rng(5).integers(0, 263, 24)]
@@ -89,17 +86,8 @@ def no_extended(monkeypatch):
     from llamay_core.engine import split
 
     monkeypatch.setattr(split, "fallback_order", lambda primary: ["reference"])
-    registry = get_registry()
-    mod = types.ModuleType("no_extended_plugin")
-
-    @hookimpl
-    def llamay_register_backends(register):
-        register(BackendInfo(name="no-extended", factory=f"{__name__}:NoExtended", priority=1))
-
-    mod.llamay_register_backends = llamay_register_backends
-    registry.add_plugin(mod, "no_extended_plugin")
-    yield
-    registry.remove_plugin("no_extended_plugin")
+    with registered_backends("no_extended_plugin", {"no-extended": f"{__name__}:NoExtended"}, priority=1):
+        yield
 
 
 @pytest.mark.parametrize("case", ["qwen3moe", "phi3", "llama-rope-freqs"])

@@ -2,17 +2,14 @@
 and is refused, with the reason, by a store that encodes pages differently."""
 from __future__ import annotations
 
-import types
 
 import numpy as np
 import pytest
 
 import llamay
+from tests.support.plugins import registered_backends
 from llamay_backends.reference.backend import ReferenceBackend
 from llamay_core.errors import SnapshotError
-from llamay_core.hookspecs import hookimpl
-from llamay_core.plugins_runtime.manager import get_registry
-from llamay_core.plugins_runtime.registry import BackendInfo
 from llamay_core.state.host_pages import HostPageStore
 
 PROMPT = [5, 70, 80, 90, 100, 33, 12, 250, 7, 9, 11, 13, 200, 201]
@@ -36,17 +33,8 @@ class PackedBackend(ReferenceBackend):
 
 @pytest.fixture()
 def packed_backend():
-    registry = get_registry()
-    mod = types.ModuleType("packed_plugin")
-
-    @hookimpl
-    def llamay_register_backends(register):
-        register(BackendInfo(name="packed", factory=f"{__name__}:PackedBackend", priority=-50))
-
-    mod.llamay_register_backends = llamay_register_backends
-    registry.add_plugin(mod, "packed_plugin")
-    yield "packed"
-    registry.remove_plugin("packed_plugin")
+    with registered_backends("packed_plugin", {"packed": f"{__name__}:PackedBackend"}, priority=-50):
+        yield "packed"
 
 
 def load(path, backend, kv="f32"):

@@ -21,6 +21,8 @@ if BINDING is None:
     pytest.skip(MISSING, allow_module_level=True)
 
 N_POSITIONS = 300
+PPL_CTX = 128  # llama-perplexity's -c
+PPL_SAMPLED = 200  # tokens sampled for the perplexity text; it tokenizes back into 2-4 chunks
 CASES = {
     "llama": ("llama", "F32", {}),
     "llama-rope-freqs": ("llama", "F32", dict(rope_freqs=True)),
@@ -86,14 +88,14 @@ def measure(tmp_path, case: str) -> tuple[float, float, float, float, float]:
     model = llamay.load(path, backend="reference", n_ctx=512)
     ours = model.logits(ids).astype(np.float64)
     # Text the model sampled: on English a random model's perplexity is ~1e20, where 1% says nothing.
-    text = model.generate("The ", max_tokens=320, temperature=1.0, seed=0, ignore_eos=True)
-    n_ctx = 128
-    ppl = perplexity(model, text, n_ctx=n_ctx).ppl
+    text = model.generate("The ", max_tokens=PPL_SAMPLED, temperature=1.0, seed=0, ignore_eos=True)
+    ppl = perplexity(model, text, n_ctx=PPL_CTX).ppl
     tokens = model.tokenize(text, add_special=True, parse_special=False)
+    assert len(tokens) >= 2 * PPL_CTX, f"{len(tokens)} tokens: too few for two perplexity chunks"
     bos = model.tokenizer.bos_id if model.tokenizer.add_bos else None
     with LlamaCpp(path, n_ctx=512) as llm:
         theirs = llm.logits(ids)
-        reference_ppl = llamacpp_ppl(llm, tokens, n_ctx, bos)  # each chunk from an empty cache
+        reference_ppl = llamacpp_ppl(llm, tokens, PPL_CTX, bos)  # each chunk from an empty cache
     per_position = ((ours - theirs) ** 2).sum(1) / (theirs ** 2).sum(1)
     agree = float((ours.argmax(1) == theirs.argmax(1)).mean())
     return float(per_position.max()), float(per_position.mean()), agree, ppl, reference_ppl

@@ -2,9 +2,9 @@
 rendering, through whichever binding is installed.
 
 llama-cpp-py-sync (the `test` extra: a prebuilt wheel, CFFI over llama.cpp's own C API) comes
-first; llama-cpp-python (the `dev` extra, built from source) is the fallback. Both drive the same
-llama.h calls: one batch of every position with every output requested, an f32 KV cache and no
-flash attention, so the comparison sees llama.cpp's model code rather than a cache format.
+first; llama-cpp-python (the `dev` extra, built from source) is the fallback. Both decode one
+batch of every position with every output requested into an f32 KV cache, so the comparison sees
+llama.cpp's model code rather than a cache format.
 """
 from __future__ import annotations
 
@@ -127,8 +127,7 @@ class _PythonModel:
 
     def __init__(self, path: Path, n_ctx: int) -> None:
         self._llm = _PYTHON.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
-                                  type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, flash_attn=False,
-                                  n_threads=_threads(), verbose=False)
+                                  type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32, n_threads=_threads(), verbose=False)
 
     def logits(self, ids: list[int]) -> np.ndarray:
         self._llm.reset()

@@ -1,19 +1,19 @@
 """Each family's chat format, written as the GGUF's jinja template, renders as llama.cpp renders it.
 
 llama.cpp recognises a GGUF template by its markers and renders the family's format itself
-(`llama_chat_apply_template`); llamay renders the template. Needs llama-cpp-python.
+(`llama_chat_apply_template`); llamay renders the template. llama.cpp from the `test` extra.
 """
 from __future__ import annotations
-
-import ctypes
 
 import pytest
 
 import llamay
 from llamay_core.engine.chat_template import render_chat
 from tests.support.family_gguf import write_family_gguf
+from tests.support.llamacpp_reference import BINDING, MISSING, render_chat as llamacpp_render
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[dev]')")
+if BINDING is None:
+    pytest.skip(MISSING, allow_module_level=True)
 
 # The turn formats of each family, as jinja (the markers are what llama.cpp detects).
 TEMPLATES = {
@@ -33,15 +33,6 @@ TEMPLATES = {
 }
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
             {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Name a colour."}]
-
-
-def llamacpp_render(template: str, messages: list[dict], add_ass: bool) -> str:
-    chat = (llama_cpp.llama_chat_message * len(messages))(
-        *[llama_cpp.llama_chat_message(m["role"].encode(), m["content"].encode()) for m in messages])
-    buf = ctypes.create_string_buffer(8192)
-    n = llama_cpp.llama_chat_apply_template(template.encode(), chat, len(messages), add_ass, buf, len(buf))
-    assert 0 < n <= len(buf), n
-    return buf.raw[:n].decode()
 
 
 @pytest.mark.parametrize("arch", sorted(TEMPLATES))

@@ -2,8 +2,8 @@
 
 Teacher-forced over 300 positions: per-position logits NMSE, top-1 agreement, and perplexity
 computed the way llama-perplexity does (llamay's `perplexity` on one side, the same chunks'
-llama.cpp logits through the same formula on the other). Needs llama-cpp-python (the `dev`
-extra, built from source); skipped without it.
+llama.cpp logits through the same formula on the other). llama.cpp comes from the `test` extra
+(llama-cpp-py-sync, llama.cpp b11739) or llama-cpp-python; see tests/support/llamacpp_reference.
 """
 from __future__ import annotations
 
@@ -15,10 +15,14 @@ import pytest
 import llamay
 from llamay_core.engine.perplexity import log_softmax_nll, perplexity
 from tests.support.family_gguf import write_family_gguf
+from tests.support.llamacpp_reference import BINDING, MISSING, LlamaCpp
 
-llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install -e '.[dev]')")
+if BINDING is None:
+    pytest.skip(MISSING, allow_module_level=True)
 
 N_POSITIONS = 300
+PPL_CTX = 128  # llama-perplexity's -c
+PPL_SAMPLED = 200  # tokens sampled for the perplexity text; it tokenizes back into 2-4 chunks
 CASES = {
     "llama": ("llama", "F32", {}),
     "llama-rope-freqs": ("llama", "F32", dict(rope_freqs=True)),
@@ -53,25 +57,14 @@ QUANT = ((2e-3, 5e-4), 0.97)
 LIMITS = {"F32": ((1e-5, 1e-6), 0.99), "Q8_0": QUANT, "IQ4_NL": QUANT, "IQ4_XS": QUANT, "MXFP4": QUANT}
 
 
-def llamacpp(path, n_ctx: int = 512):
-    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, logits_all=True,
-                           type_k=0, type_v=0, verbose=False)
-
-
-def llamacpp_logits(llm, ids: list[int]) -> np.ndarray:
-    llm.reset()
-    llm.eval(ids)
-    return np.array(llm.scores[:len(ids)], np.float64)
-
-
-def llamacpp_ppl(llm, tokens: list[int], n_ctx: int, bos: int | None) -> float:
+def llamacpp_ppl(llm: LlamaCpp, tokens: list[int], n_ctx: int, bos: int | None) -> float:
     """llama-perplexity's estimate: chunks of n_ctx from an empty cache, the second half scored."""
     nll = []
     for i in range(len(tokens) // n_ctx):
         chunk = list(tokens[i * n_ctx:(i + 1) * n_ctx])
         if bos is not None:
             chunk[0] = bos
-        logits = llamacpp_logits(llm, chunk)
+        logits = llm.logits(chunk)
         first = n_ctx // 2
         nll.append(log_softmax_nll(logits[first:n_ctx - 1], np.asarray(chunk[first + 1:n_ctx])))
     return math.exp(float(np.concatenate(nll).mean()))
@@ -79,31 +72,30 @@ def llamacpp_ppl(llm, tokens: list[int], n_ctx: int, bos: int | None) -> float:
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_family_matches_llamacpp(tmp_path, case):
-    compare(tmp_path, case)
+    worst, mean, agree, ppl, reference_ppl = measure(tmp_path, case)
+    (worst_limit, mean_limit), top1 = LIMITS[CASES[case][1]]
+    assert worst < worst_limit, f"worst position NMSE {worst:.2e}"
+    assert mean < mean_limit, f"mean NMSE {mean:.2e}"
+    assert agree >= top1, f"top-1 agreement {agree:.3f}"
+    assert abs(ppl / reference_ppl - 1) < 0.01, (ppl, reference_ppl)
 
 
-def compare(tmp_path, case: str) -> tuple[float, float, float, float, float]:
-    """Assert the limits; return (worst NMSE, mean NMSE, top-1 agreement, ppl, llama.cpp's ppl)."""
+def measure(tmp_path, case: str) -> tuple[float, float, float, float, float]:
+    """(worst position NMSE, mean NMSE, top-1 agreement, llamay's ppl, llama.cpp's ppl) of `case`."""
     arch, weight_type, kw = CASES[case]
     path = write_family_gguf(tmp_path / f"{case}.gguf", arch, weight_type=weight_type, **kw)
     ids = [int(i) for i in np.random.default_rng(7).integers(0, 263, N_POSITIONS)]
     model = llamay.load(path, backend="reference", n_ctx=512)
     ours = model.logits(ids).astype(np.float64)
-    llm = llamacpp(path)
-    theirs = llamacpp_logits(llm, ids)
-    per_position = ((ours - theirs) ** 2).sum(1) / (theirs ** 2).sum(1)
-    (worst, mean), top1 = LIMITS[weight_type]
-    assert per_position.max() < worst, f"worst position {per_position.argmax()}: {per_position.max():.2e}"
-    assert per_position.mean() < mean, per_position.mean()
-    agree = float((ours.argmax(1) == theirs.argmax(1)).mean())
-    assert agree >= top1, agree
-
     # Text the model sampled: on English a random model's perplexity is ~1e20, where 1% says nothing.
-    text = model.generate("The ", max_tokens=320, temperature=1.0, seed=0, ignore_eos=True)
-    n_ctx = 128
-    ppl = perplexity(model, text, n_ctx=n_ctx).ppl
+    text = model.generate("The ", max_tokens=PPL_SAMPLED, temperature=1.0, seed=0, ignore_eos=True)
+    ppl = perplexity(model, text, n_ctx=PPL_CTX).ppl
     tokens = model.tokenize(text, add_special=True, parse_special=False)
+    assert len(tokens) >= 2 * PPL_CTX, f"{len(tokens)} tokens: too few for two perplexity chunks"
     bos = model.tokenizer.bos_id if model.tokenizer.add_bos else None
-    reference_ppl = llamacpp_ppl(llm, tokens, n_ctx, bos)  # each chunk from an empty cache
-    assert abs(ppl / reference_ppl - 1) < 0.01, (ppl, reference_ppl)
-    return per_position.max(), per_position.mean(), agree, ppl, reference_ppl
+    with LlamaCpp(path, n_ctx=512) as llm:
+        theirs = llm.logits(ids)
+        reference_ppl = llamacpp_ppl(llm, tokens, PPL_CTX, bos)  # each chunk from an empty cache
+    per_position = ((ours - theirs) ** 2).sum(1) / (theirs ** 2).sum(1)
+    agree = float((ours.argmax(1) == theirs.argmax(1)).mean())
+    return float(per_position.max()), float(per_position.mean()), agree, ppl, reference_ppl

@@ -13,19 +13,21 @@ from llamay_core.backend_api import Availability, BackendBase, Capabilities, KvS
 from llamay_core.errors import BackendError
 from llamay_core.files.gguf_file import TensorInfo
 from llamay_core.graph.graph import Graph
-from llamay_core.graph.ops import OP_NAMES
+from llamay_core.graph.ops import OP_NAMES, SPLIT_OP_NAMES
 from llamay_backends.vulkan.shader_build import SPV_DIR, WEIGHT_TYPES, kernel_variants
 
 # 128 keeps a pass's logits (128 x vocab floats) within a 128 MiB storage binding for vocabularies
 # up to 262k; prefill tiles of 128 tokens already reuse each decoded weight 128 times.
 MAX_TOKENS_PER_PASS = 128
+# moe is not among them: a MoE model's experts run on a host fallback through the graph split.
+FAMILY_OPS = frozenset({"rope_table", "columns"})
 
 
 class VulkanBackend(BackendBase):
     name = "vulkan"
     version = "1"
-    capabilities = Capabilities(ops=OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32", "f16"},
-                                max_tokens_per_pass=MAX_TOKENS_PER_PASS)
+    capabilities = Capabilities(ops=OP_NAMES | SPLIT_OP_NAMES | FAMILY_OPS, weight_types=WEIGHT_TYPES,
+                                kv_dtypes={"f32", "f16"}, max_tokens_per_pass=MAX_TOKENS_PER_PASS)
 
     def __init__(self) -> None:
         self._device: Any = None

@@ -5,6 +5,10 @@ buffer and submits one command buffer. Command buffers are recorded per batch sh
 logit rows) and replayed, so a decode step costs one metadata write, one submit and one read.
 A matmul also does the add of a residual to its output and the silu/gelu_mul making its input
 (see _find_fusions), which saves two dispatches per layer of a llama-like model.
+
+A segment of a split graph (llamay_core/engine/split.py) starts with `input` ops and ends with
+`export` ops: inputs get host-visible buffers written before the submit, exported values keep
+host-visible buffers of their own, read after it.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ ELEMENTWISE = {"add": 0, "mul": 1, "scale": 2, "softcap": 3, "silu_mul": 4, "gel
 CACHED_SHAPES = 8  # recorded command buffers kept (decode's shape is always among them)
 # The binding each kernel writes; every other bound buffer is only read.
 WRITTEN_SLOT = {"matmul": 2, "get_rows": 2, "rms_norm": 2, "elementwise": 3, "rope": 2, "kv_write": 3,
-                "attention": 2, "select_rows": 2}
+                "attention": 2, "select_rows": 2, "columns": 2}
 
 
 def f32_bits(x: float) -> int:
@@ -78,6 +82,8 @@ class VulkanPlan:
         self.tmax = max_tokens
         self.words = "" if device.storage16 else "_w32"
         self.values = self._infer_values()
+        self.inputs = [n.out for n in graph.nodes if isinstance(n, G.Input)]
+        self.exports = [n.x for n in graph.nodes if isinstance(n, G.Export)]
         self.fused = self._find_fusions()
         self.meta_capacity = 6 * self.tmax + 4 * store.spec.max_pages + 1024
         self.meta: Buffer | None = None
@@ -111,9 +117,14 @@ class VulkanPlan:
                 values[node.out] = Value(values[node.a].width, values[node.a].per_token)
             elif isinstance(node, (G.SiluMul, G.GeluMul)):
                 values[node.out] = Value(values[node.gate].width, values[node.gate].per_token)
-            elif isinstance(node, (G.RmsNorm, G.Scale, G.Softcap, G.Rope)):
+            elif isinstance(node, (G.RmsNorm, G.Scale, G.Softcap, G.Rope, G.RopeTable)):
                 values[node.out] = Value(values[node.x].width, values[node.x].per_token)
-            elif not isinstance(node, G.KvWrite):
+            elif isinstance(node, G.Columns):
+                values[node.out] = Value(node.width, values[node.x].per_token)
+            elif isinstance(node, G.Input):
+                # as on cpu, a handed-in value has a row per token of the pass
+                values[node.out] = Value(node.width, True)
+            elif not isinstance(node, (G.KvWrite, G.Export)):
                 raise BackendError(f"vulkan backend has no op {node.name!r}")
         return values
 
@@ -162,8 +173,14 @@ class VulkanPlan:
         return absorbed
 
     def _allocate(self) -> None:
-        """Buffers for the values, reused once a value is dead; the logits get a host-visible one."""
+        """Buffers for the values, reused once a value is dead.
+
+        The output and exported values get host-visible buffers of their own (the host reads them
+        after the pass); so do inputs (the host writes them before it; a reused buffer could
+        still be in use by an earlier dispatch of the same pass).
+        """
         nodes = self.graph.nodes
+        kept = {self.graph.output, *self.exports}
         absorbed = self._absorbed()
         last_use: dict[str, int] = {}
         for i, node in enumerate(nodes):
@@ -181,7 +198,7 @@ class VulkanPlan:
                 if size > self.device.max_binding:
                     raise BackendError(f"{name} needs {size / 2**20:.0f} MiB for {self.tmax} tokens, more than this "
                                        f"device's storage binding of {self.device.max_binding / 2**20:.0f} MiB")
-                if name == self.graph.output:
+                if name in kept or isinstance(node, G.Input):
                     value.buffer = Buffer(self.device, size, host_visible=True)
                     self.buffers.append(value.buffer)
                 else:
@@ -194,7 +211,7 @@ class VulkanPlan:
                         self.buffers.append(value.buffer)
             for dead in [n for n, last in last_use.items() if last == i]:
                 buf = self.values[dead].buffer
-                if buf is not None and dead != self.graph.output and buf not in free:
+                if buf is not None and dead not in kept and buf not in free:
                     free.append(buf)
 
     def _build(self) -> None:
@@ -318,6 +335,32 @@ class VulkanPlan:
              f32_bits(node.freq_scale)],
             spread(-(-t * node.n_heads * half // 64), limit)))
 
+    def _rope_table(self, node: G.RopeTable) -> None:
+        if node.mode not in ("normal", "neox"):
+            raise BackendError(f"unknown rope mode {node.mode!r}")
+        freqs = Buffer(self.device, 4 * len(node.freqs), host_visible=False)
+        freqs.write(np.asarray(node.freqs, np.float32))
+        self.buffers.append(freqs)
+        half = node.head_dim // 2
+        limit = self.device.max_groups
+        self._add_step("rope_table", {1: self._buf(node.x), 2: self._buf(node.out), 3: freqs}, lambda t, r: (
+            [t, node.n_heads, node.head_dim, node.n_rot, 1 if node.mode == "neox" else 0, f32_bits(node.mscale)],
+            spread(-(-t * node.n_heads * half // 64), limit)))
+
+    def _columns(self, node: G.Columns) -> None:
+        in_width = self.values[node.x].width
+        if node.start < 0 or node.start + node.width > in_width:
+            raise BackendError(f"columns {node.start}:{node.start + node.width} of {node.x} outside its {in_width}")
+        self._add_step("columns", {1: self._buf(node.x), 2: self._buf(node.out)}, lambda t, r: (
+            [self._rows(node.x, t, r), in_width, node.start, node.width],
+            spread(-(-self._rows(node.x, t, r) * node.width // 64), self.device.max_groups)))
+
+    def _input(self, node: G.Input) -> None:
+        """No dispatch: __call__ writes the value into its host-visible buffer."""
+
+    def _export(self, node: G.Export) -> None:
+        """No dispatch: __call__ reads the value's host-visible buffer after the pass."""
+
     def _layer(self, layer: int) -> Buffer:
         return self.store.layers[layer]
 
@@ -431,18 +474,31 @@ class VulkanPlan:
         if r > self.tmax:
             raise BackendError(f"{r} logit rows exceed {self.tmax}")
         self._write_meta(batch)
+        self._write_inputs(batch)
         cb = self._commands_for(t, r)
         started = time.perf_counter()
         self.device.submit(cb)
         self.execute_seconds += time.perf_counter() - started
         self.passes += 1
         self.tokens += t
-        out = self.values[self.graph.output]
-        rows = r if not out.per_token else t
-        logits = np.frombuffer(out.buffer.read(0, rows * out.width * 4), np.float32).reshape(rows, out.width)
+        for name in self.exports:
+            batch.outputs[name] = self._read(name, t, r)
         # Like the reference, return what the output value holds: the logit rows once the graph
         # has selected them (every model graph does), all rows of a graph that does not.
-        return logits.copy()
+        return self._read(self.graph.output, t, r)
+
+    def _write_inputs(self, batch: Batch) -> None:
+        for name in self.inputs:
+            value = self.values[name]
+            data = np.ascontiguousarray(batch.inputs[name], np.float32)
+            if data.ndim != 2 or data.shape[1] != value.width or data.shape[0] > self.tmax:
+                raise BackendError(f"input {name!r} is {data.shape}, not [<= {self.tmax}, {value.width}]")
+            value.buffer.write(data)
+
+    def _read(self, name: str, t: int, r: int) -> np.ndarray:
+        value = self.values[name]
+        rows = t if value.per_token else r
+        return np.frombuffer(value.buffer.read(0, rows * value.width * 4), np.float32).reshape(rows, value.width).copy()
 
     @property
     def dispatches(self) -> int:

@@ -26,8 +26,9 @@ def kernel_variants() -> dict[str, tuple[str, tuple[str, ...]]]:
             variants[f"{kernel}_{wtype}"] = (f"{kernel}.comp", (wtype,))
             # Devices without 16-bit storage read the same bytes as 32-bit words.
             variants[f"{kernel}_{wtype}_w32"] = (f"{kernel}.comp", (wtype, "WORDS32"))
-    for kernel in ("rms_norm", "elementwise", "rope", "select_rows"):
+    for kernel in ("rms_norm", "elementwise", "rope", "select_rows", "columns"):
         variants[kernel] = (f"{kernel}.comp", ())
+    variants["rope_table"] = ("rope.comp", ("ROPE_TABLE",))
     for kernel in ("kv_write", "attention"):
         variants[f"{kernel}_f32"] = (f"{kernel}.comp", ())
         variants[f"{kernel}_f16"] = (f"{kernel}.comp", ("KV_F16",))

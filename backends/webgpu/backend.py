@@ -13,12 +13,14 @@ from llamay_core.graph.graph import Graph
 from llamay_backends.webgpu.formats import WEIGHT_TYPES
 
 MAX_TOKENS_PER_PASS = 256
+# moe is not among them: a MoE model's experts run on a host fallback through the graph split.
+FAMILY_OPS = frozenset({"rope_table", "columns"})
 
 
 class WebGPUBackend(BackendBase):
     name = "webgpu"
     version = source_fingerprint(__file__)
-    capabilities = Capabilities(ops=G.OP_NAMES, weight_types=WEIGHT_TYPES, kv_dtypes={"f32"},
+    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES | FAMILY_OPS, weight_types=WEIGHT_TYPES, kv_dtypes={"f32"},
                                 max_tokens_per_pass=MAX_TOKENS_PER_PASS)
 
     def __init__(self, max_chunk_bytes: int | None = None) -> None:

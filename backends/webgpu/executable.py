@@ -1,5 +1,9 @@
 """The compiled graph: every pipeline and bind group built once; a pass writes the pass table,
-records all dispatches into one compute pass of one command encoder, and submits once."""
+records all dispatches into one compute pass of one command encoder, and submits once.
+
+A segment of a split graph (llamay_core/engine/split.py) starts with `input` ops, whose values
+the host writes before the submit, and ends with `export` ops, whose values are copied out with
+the output after the compute pass."""
 from __future__ import annotations
 
 import time
@@ -31,11 +35,13 @@ class WebGPUExecutable:
         self.max_tokens = max_tokens
         self.shapes = infer_shapes(graph, weights)
         self.writes_kv = any(isinstance(n, G.KvWrite) for n in graph.nodes)
-        out_shape = self.shapes[graph.output]
+        self.inputs = [n.out for n in graph.nodes if isinstance(n, G.Input)]
+        self.exports = [n.x for n in graph.nodes if isinstance(n, G.Export)]
         # Logit rows per pass are capped so the logits fit one binding; more rows run as repeat passes.
         self.max_rows = max(1, min(max_tokens, gpu.max_binding_bytes // (4 * max(
             [s.width for s in self.shapes.values() if s.rows == LOGIT_ROWS] or [1]))))
-        self.rope_configs: list[tuple[int, float, float]] = []
+        # (frequency per rotated pair, mscale) of each rope table in the pass table
+        self.rope_configs: list[tuple[tuple[float, ...], float]] = []
         self.params = bytearray()
         self.dispatches: list[Dispatch] = []
         usage = gpu.wgpu.BufferUsage
@@ -47,9 +53,12 @@ class WebGPUExecutable:
         self.pass_capacity = 0
         self.pass_buffer = None
         self._ensure_pass_capacity(self._pass_words_estimate())
-        out_rows = self.max_rows if out_shape.rows == LOGIT_ROWS else max_tokens
-        self.out_bytes = out_rows * out_shape.width * 4
-        self.staging = gpu.device.create_buffer(size=self.out_bytes, usage=usage.MAP_READ | usage.COPY_DST)
+        self.staging = {}  # value read back after the pass -> its mappable copy
+        for name in dict.fromkeys([graph.output, *self.exports]):
+            shape = self.shapes[name]
+            rows = self.max_rows if shape.rows == LOGIT_ROWS else max_tokens
+            self.staging[name] = gpu.device.create_buffer(size=rows * shape.width * 4,
+                                                          usage=usage.MAP_READ | usage.COPY_DST)
         self.last_encode_s = self.last_gpu_s = 0.0
         self.last_dispatches = 0
         self.submits = 0
@@ -62,7 +71,7 @@ class WebGPUExecutable:
             for out in node.outputs():
                 shape = self.shapes[out]
                 rows = self.max_rows if shape.rows == LOGIT_ROWS else self.max_tokens
-                self.buffers[out] = self.pool.take(rows * shape.width * 4)
+                self.buffers[out] = self.pool.take(rows * shape.width * 4, fresh=isinstance(node, G.Input))
             self._add_node(node)
             for name in set(node.inputs()):
                 if last[name] == i:
@@ -106,20 +115,21 @@ class WebGPUExecutable:
                                        float(node.weight_offset)),
                            lambda t, r, n=s.width // group, k=s.rows: (n, (t, r)[k], 1))
         elif isinstance(node, G.Rope):
-            if shapes[node.x].rows != TOKENS:
-                raise BackendError("webgpu: rope on logit rows is not supported")
-            if node.mode not in ("normal", "neox"):
-                raise BackendError(f"webgpu: unknown rope mode {node.mode!r}")
-            key = (node.n_rot, float(node.base), float(node.freq_scale))
-            if key not in self.rope_configs:
-                if len(self.rope_configs) == MAX_ROPE_TABLES:
-                    raise BackendError(f"webgpu: more than {MAX_ROPE_TABLES} rope configurations in one graph")
-                self.rope_configs.append(key)
-            width = node.n_heads * node.head_dim
-            self._dispatch("rope", None, {2: b[node.x], 3: b[node.out]},
-                           pack_params(width, node.head_dim, node.n_rot, int(node.mode == "neox"),
-                                       self.rope_configs.index(key)),
-                           linear_grid(width, TOKENS))
+            inv_freq = node.base ** (-np.arange(0, node.n_rot, 2, dtype=np.float64) / node.n_rot)
+            self._add_rope(node, tuple(float(f) for f in node.freq_scale * inv_freq), 1.0)
+        elif isinstance(node, G.RopeTable):
+            if len(node.freqs) != node.n_rot // 2:
+                raise BackendError(f"webgpu: rope_table has {len(node.freqs)} frequencies for {node.n_rot} dims")
+            self._add_rope(node, tuple(float(f) for f in node.freqs), float(node.mscale))
+        elif isinstance(node, G.Columns):
+            s = shapes[node.x]
+            if node.start < 0 or node.start + node.width > s.width:
+                raise BackendError(f"webgpu: columns {node.start}:{node.start + node.width} of {node.x} "
+                                   f"outside its {s.width}")
+            self._dispatch("columns", None, {2: b[node.x], 3: b[node.out]},
+                           pack_params(s.width, node.start, node.width, s.rows), linear_grid(node.width, s.rows))
+        elif isinstance(node, (G.Input, G.Export)):
+            pass  # no dispatch: the host writes inputs before the pass and reads exports after it
         elif isinstance(node, G.KvWrite):
             kc, vc = self.store.layer_buffers(node.layer)
             kw, vw = self.store.widths
@@ -136,6 +146,23 @@ class WebGPUExecutable:
                            lambda t, r, h=node.n_heads: (h, t, 1))
         else:
             self._add_elementwise(node)
+
+    def _add_rope(self, node: G.Rope | G.RopeTable, freqs: tuple[float, ...], mscale: float) -> None:
+        """Both ropes read cos/sin of position * freqs[i] (times mscale) from the pass table."""
+        if self.shapes[node.x].rows != TOKENS:
+            raise BackendError(f"webgpu: {node.name} on logit rows is not supported")
+        if node.mode not in ("normal", "neox"):
+            raise BackendError(f"webgpu: unknown rope mode {node.mode!r}")
+        key = (freqs, mscale)
+        if key not in self.rope_configs:
+            if len(self.rope_configs) == MAX_ROPE_TABLES:
+                raise BackendError(f"webgpu: more than {MAX_ROPE_TABLES} rope configurations in one graph")
+            self.rope_configs.append(key)
+        width = node.n_heads * node.head_dim
+        self._dispatch("rope", None, {2: self.buffers[node.x], 3: self.buffers[node.out]},
+                       pack_params(width, node.head_dim, node.n_rot, int(node.mode == "neox"),
+                                   self.rope_configs.index(key)),
+                       linear_grid(width, TOKENS))
 
     def _add_elementwise(self, node: Any) -> None:
         b = self.buffers
@@ -158,7 +185,7 @@ class WebGPUExecutable:
             d.bind_group = device.create_bind_group(layout=d.pipeline.get_bind_group_layout(0), entries=entries)
 
     def _pass_words_estimate(self) -> int:
-        half = sum(n_rot // 2 for n_rot, _, _ in self.rope_configs)
+        half = sum(len(freqs) for freqs, _ in self.rope_configs)
         return HEADER_WORDS + 6 * self.max_tokens + self.store.spec.max_pages + 2 * half * self.max_tokens
 
     def _ensure_pass_capacity(self, words: int) -> None:
@@ -186,10 +213,10 @@ class WebGPUExecutable:
         else:  # no kv_write in the graph: page tables may be empty
             kv_rows = np.zeros(t, np.int64)
         parts = [batch.tokens, batch.positions, batch.seq_index, kv_rows, rows, table_off, tables]
-        for n_rot, base, freq_scale in self.rope_configs:
-            inv_freq = base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
-            theta = positions.astype(np.float64)[:, None] * freq_scale * inv_freq[None, :]
-            parts.append(np.stack([np.cos(theta), np.sin(theta)], axis=-1).astype(np.float32).view(np.uint32))
+        for freqs, mscale in self.rope_configs:
+            theta = positions.astype(np.float64)[:, None] * np.asarray(freqs, np.float64)[None, :]
+            cs = mscale * np.stack([np.cos(theta), np.sin(theta)], axis=-1)
+            parts.append(cs.astype(np.float32).view(np.uint32))
         header = np.zeros(HEADER_WORDS, np.uint32)
         header[0], header[1] = t, len(rows)
         at = HEADER_WORDS
@@ -205,18 +232,33 @@ class WebGPUExecutable:
         if batch.n_tokens > self.max_tokens:
             raise BackendError(f"webgpu: {batch.n_tokens} tokens in one pass, over its {self.max_tokens}")
         rows = np.asarray(batch.logit_rows, np.uint32)
-        if len(rows) <= self.max_rows or self.shapes[self.graph.output].rows != LOGIT_ROWS:
-            return self._run(batch, rows)
-        # KV writes are idempotent, so a pass asking for more logit rows than fit is simply repeated.
-        return np.concatenate([self._run(batch, rows[i:i + self.max_rows])
-                               for i in range(0, len(rows), self.max_rows)])
+        if len(rows) <= self.max_rows or all(s.rows != LOGIT_ROWS for s in self.shapes.values()):
+            parts = [self._run(batch, rows)]
+        else:
+            # KV writes are idempotent, so a pass asking for more logit rows than fit is simply repeated.
+            parts = [self._run(batch, rows[i:i + self.max_rows]) for i in range(0, len(rows), self.max_rows)]
+        values = {name: np.concatenate([p[name] for p in parts]) if self.shapes[name].rows == LOGIT_ROWS
+                  else parts[-1][name] for name in self.staging}
+        for name in self.exports:
+            batch.outputs[name] = values[name]
+        return values[self.graph.output]
 
-    def _run(self, batch: Batch, rows: np.ndarray) -> np.ndarray:
+    def _write_inputs(self, batch: Batch) -> None:
+        for name in self.inputs:
+            width = self.shapes[name].width
+            data = np.ascontiguousarray(batch.inputs[name], np.float32)
+            if data.ndim != 2 or data.shape[1] != width or data.shape[0] > self.max_tokens:
+                raise BackendError(f"webgpu: input {name!r} is {data.shape}, not [<= {self.max_tokens}, {width}]")
+            self.gpu.device.queue.write_buffer(self.buffers[name], 0, data)
+
+    def _run(self, batch: Batch, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """One submit; the values read back (the output and the exports) by name."""
         t0 = time.perf_counter()
         table = self.pass_table(batch, rows)
         self._ensure_pass_capacity(table.size)
         device = self.gpu.device
         device.queue.write_buffer(self.pass_buffer, 0, table)
+        self._write_inputs(batch)
         t, r = batch.n_tokens, len(rows)
         enc = device.create_command_encoder()
         cp = enc.begin_compute_pass()
@@ -228,17 +270,21 @@ class WebGPUExecutable:
             cp.set_bind_group(0, d.bind_group)
             cp.dispatch_workgroups(*d.grid(t, r))
         cp.end()
-        out_shape = self.shapes[self.graph.output]
-        n_out = r if out_shape.rows == LOGIT_ROWS else t
-        nbytes = n_out * out_shape.width * 4
-        enc.copy_buffer_to_buffer(self.buffers[self.graph.output], 0, self.staging, 0, nbytes)
+        counts = {}
+        for name, staging in self.staging.items():
+            shape = self.shapes[name]
+            counts[name] = r if shape.rows == LOGIT_ROWS else t
+            enc.copy_buffer_to_buffer(self.buffers[name], 0, staging, 0, counts[name] * shape.width * 4)
         device.queue.submit([enc.finish()])
         t1 = time.perf_counter()
-        self.staging.map_sync(self.gpu.wgpu.MapMode.READ, 0, nbytes)
-        try:
-            out = np.frombuffer(self.staging.read_mapped(0, nbytes), np.float32).reshape(n_out, out_shape.width).copy()
-        finally:
-            self.staging.unmap()
+        out = {}
+        for name, staging in self.staging.items():
+            n, width = counts[name], self.shapes[name].width
+            staging.map_sync(self.gpu.wgpu.MapMode.READ, 0, n * width * 4)
+            try:
+                out[name] = np.frombuffer(staging.read_mapped(0, n * width * 4), np.float32).reshape(n, width).copy()
+            finally:
+                staging.unmap()
         t2 = time.perf_counter()
         self.last_encode_s, self.last_gpu_s = t1 - t0, t2 - t1
         self.last_dispatches = len(self.dispatches)

@@ -37,16 +37,22 @@ def infer_shapes(graph: Graph, weights: WebGPUWeights) -> dict[str, ValueShape]:
             shapes[node.out] = shapes[node.gate]
         elif isinstance(node, (G.Add, G.Mul)):
             shapes[node.out] = shapes[node.a]
-        elif not isinstance(node, G.KvWrite):
+        elif isinstance(node, G.Columns):
+            shapes[node.out] = ValueShape(node.width, shapes[node.x].rows)
+        elif isinstance(node, G.Input):  # as on cpu, a handed-in value has a row per token of the pass
+            shapes[node.out] = ValueShape(node.width, TOKENS)
+        elif not isinstance(node, (G.KvWrite, G.Export)):
             shapes[node.out] = shapes[node.x]
     return shapes
 
 
 def last_uses(graph: Graph) -> dict[str, int]:
+    """Index of each value's last reader; the output and exported values live to the end of the
+    pass (they are copied out after it)."""
     last: dict[str, int] = {}
     for i, node in enumerate(graph.nodes):
         for name in node.inputs():
-            last[name] = i
+            last[name] = len(graph.nodes) if isinstance(node, G.Export) else i
     last[graph.output] = len(graph.nodes)
     return last
 
@@ -63,15 +69,17 @@ class ActivationPool:
         self.free: list[Any] = []
         self.total_bytes = 0
 
-    def take(self, size: int) -> Any:
-        fits = [b for b in self.free if b.size >= size]
+    def take(self, size: int, fresh: bool = False) -> Any:
+        """A buffer of at least `size` bytes; `fresh`: never a reused one (the host writes it
+        before the pass, while a reused one may still be read or written earlier in the pass)."""
+        fits = [b for b in self.free if b.size >= size] if not fresh else []
         if fits:
             buf = min(fits, key=lambda b: b.size)
             self.free.remove(buf)
             return buf
         usage = self.gpu.wgpu.BufferUsage
         self.total_bytes += size
-        return self.gpu.device.create_buffer(size=size, usage=usage.STORAGE | usage.COPY_SRC)
+        return self.gpu.device.create_buffer(size=size, usage=usage.STORAGE | usage.COPY_SRC | usage.COPY_DST)
 
     def give(self, buf: Any) -> None:
         self.free.append(buf)

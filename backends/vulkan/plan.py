@@ -338,6 +338,8 @@ class VulkanPlan:
     def _rope_table(self, node: G.RopeTable) -> None:
         if node.mode not in ("normal", "neox"):
             raise BackendError(f"unknown rope mode {node.mode!r}")
+        if len(node.freqs) != node.n_rot // 2:
+            raise BackendError(f"rope_table has {len(node.freqs)} frequencies for {node.n_rot} rotated dims")
         freqs = Buffer(self.device, 4 * len(node.freqs), host_visible=False)
         freqs.write(np.asarray(node.freqs, np.float32))
         self.buffers.append(freqs)
@@ -498,7 +500,8 @@ class VulkanPlan:
     def _read(self, name: str, t: int, r: int) -> np.ndarray:
         value = self.values[name]
         rows = t if value.per_token else r
-        return np.frombuffer(value.buffer.read(0, rows * value.width * 4), np.float32).reshape(rows, value.width).copy()
+        data = value.buffer.read(0, rows * value.width * 4)
+        return np.frombuffer(data, np.float32).reshape(rows, value.width).copy()
 
     @property
     def dispatches(self) -> int:

@@ -20,8 +20,8 @@ FAMILY_OPS = frozenset({"rope_table", "columns"})
 class WebGPUBackend(BackendBase):
     name = "webgpu"
     version = source_fingerprint(__file__)
-    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES | FAMILY_OPS, weight_types=WEIGHT_TYPES, kv_dtypes={"f32"},
-                                max_tokens_per_pass=MAX_TOKENS_PER_PASS)
+    capabilities = Capabilities(ops=G.OP_NAMES | G.SPLIT_OP_NAMES | FAMILY_OPS, weight_types=WEIGHT_TYPES,
+                                kv_dtypes={"f32"}, max_tokens_per_pass=MAX_TOKENS_PER_PASS)
 
     def __init__(self, max_chunk_bytes: int | None = None) -> None:
         """`max_chunk_bytes` caps a weight chunk below the device's binding limit (tests use it

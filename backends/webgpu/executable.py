@@ -241,7 +241,7 @@ class WebGPUExecutable:
                   else parts[-1][name] for name in self.staging}
         for name in self.exports:
             batch.outputs[name] = values[name]
-        return values[self.graph.output]
+        return values[self.graph.output]  # a graph without select_rows: every token's row, as reference
 
     def _write_inputs(self, batch: Batch) -> None:
         for name in self.inputs:
@@ -289,4 +289,4 @@ class WebGPUExecutable:
         self.last_encode_s, self.last_gpu_s = t1 - t0, t2 - t1
         self.last_dispatches = len(self.dispatches)
         self.submits += 1
-        return out  # a graph without select_rows returns every token's row, as reference does
+        return out

@@ -12,7 +12,8 @@ Per-block minima (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) take the same d_x * sum(xq), not
 float sum of x: the result is then exactly W @ dequant(xq), whose error is x's rounding
 noise weighted by the weights d*q + m, which a minimum centres near zero. With the float
 sum the minimum escapes the noise, which is then weighted by d*q alone (0..15d for Q4_1,
-not centred), several times the variance: on smollm2 (Q4_1) that raised the conformance KL divergence from 5.9e-3 to 3.2e-2.
+not centred), several times the variance: on smollm2 (Q4_1) that raised the conformance
+KL divergence from 5.9e-3 to 3.2e-2.
 
 Precision: every kernel here equals `dequantize(W) @ dequant(quantize(x))` to float32
 rounding (tests/unit/test_cpu_q8_scheme.py); against the exact product quantizing x costs

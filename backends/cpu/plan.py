@@ -257,7 +257,9 @@ class CpuPlan:
                 float(node.softcap), int(node.window))
         if store.spec.dtype == "f32":
             ks, vs = store.layer_arrays(node.layer)[:2]
-            return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args, out[:count(p)])
+            # prefill segments in query tiles (K/V pages shared by a tile's rows and heads)
+            return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args,
+                                               out[:count(p)], p.large_segments)
         layer = node.layer
 
         def attention_dequantizing(p: PassInfo) -> None:
@@ -273,8 +275,9 @@ class CpuPlan:
                 kp[:length], vp[:length] = k, v
                 table = np.arange(n_pages, dtype=np.int64)[None, :]
                 result = np.empty((len(idx), out.shape[1]), np.float32)  # out[idx] would be a copy
+                tiles = [(0, len(idx))] if len(idx) > GROUPED_MAX_ROWS else []
                 ops.attention_f32(np.ascontiguousarray(q[idx]), p.positions[idx], np.zeros(len(idx), np.int64), table,
-                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result)
+                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result, tiles)
                 out[idx] = result
         return attention_dequantizing
 

@@ -20,7 +20,7 @@ def nmse(a, b):
 
 @pytest.fixture()
 def float_decode(monkeypatch):
-    """The exact float-activation decode path (the default; named so these tests keep it)."""
+    """The exact float-activation decode path (int8 is the default; these tests compare exactly)."""
     monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "float")
 
 
@@ -43,7 +43,7 @@ def test_kv_dtypes_match_reference(tiny_model_path, kv, float_decode):
     assert nmse(b.extend(IDS[10:13]), a.extend(IDS[10:13])) < 1e-8
 
 
-@pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q5_0])
+@pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0])
 def test_int8_decode_is_close_to_reference(tmp_path, weight_type, monkeypatch):
     # decode rows quantize their activations to int8 per 32 (llama.cpp's scheme): close, not exact
     monkeypatch.setenv("LLAMAY_CPU_ACTIVATIONS", "int8")
@@ -56,6 +56,13 @@ def test_int8_decode_is_close_to_reference(tmp_path, weight_type, monkeypatch):
     b.extend(IDS[:10])
     for t in IDS[10:14]:
         assert nmse(b.extend([t]), a.extend([t])) < 1e-3
+
+
+def test_int8_decode_is_the_default(tiny_model_path, monkeypatch):
+    monkeypatch.delenv("LLAMAY_CPU_ACTIVATIONS", raising=False)
+    cpu = llamay.load(tiny_model_path, backend="cpu", n_ctx=64, page_size=4)
+    assert cpu.backend.activations == "int8"
+    assert "decode int8 activations" in cpu.backend.describe()["matmul"]
 
 
 def test_bad_activations_option_is_one_line_error(tiny_model_path, monkeypatch):

@@ -46,9 +46,11 @@ def test_avx2_build_has_no_avx512_instructions(tmp_path):
 
 def test_avx2_build_matches_reference():
     # the int8 decode kernel (matmul_q8) and the float one: the two dot families, each compiled
-    # once for every format (compiling is most of this test's time)
-    selection = "matmul_q8_matches_reference or matvec_float_matches_reference"
-    done = _run(["-m", "pytest", "tests/unit/test_cpu_kernels.py", "-q", "-p", "no:cacheprovider", "-k", selection], {})
+    # once for every format (compiling is most of this test's time); the int8 one also against
+    # its exact scheme, where vpmaddubsw's saturation or the sign trick would show
+    selection = "matmul_q8_matches_reference or matvec_float_matches_reference or scheme"
+    files = ["tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py"]
+    done = _run(["-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-k", selection], {})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout
 

@@ -120,7 +120,7 @@ def prepare_x(x):
 def prepare_x_q8(x):
     """(xq, xa) for `qdot_rows`: x quantized to int8 per 32, and its side array."""
     xq = np.empty(x.shape[0], np.int8)
-    xa = prepare_x(x)
+    xa = np.empty((XA_ROWS, x.shape[0] // 16), np.float32)
     quantize_q8(x, xq, xa)
     return xq, xa
 
@@ -362,7 +362,6 @@ def matmul_q8(code, w, X, OUT):
     # serial: decode passes a few rows, and a second parallel region per matmul would cost a
     # second barrier (~20-40 us idle, a scheduler slice on a busy machine) for microseconds of work
     for t in range(T):
-        x_sums(X[t], XA[t])
         quantize_q8(X[t], XQ[t], XA[t])
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK

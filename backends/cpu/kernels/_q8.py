@@ -8,11 +8,17 @@ Q8_0's signed quants go through the sign trick (`_simd.vdps`). Other formats who
 quants are signed (Q4_0 = q-8, Q5_0 = q-16, Q3_K = q-4, Q6_K = q-32) are dotted as the
 unsigned q' = q + offset and corrected once per block (or 16-quant group) with offset * d_x * sum(xq), which `quantize_q8` precomputes per
 vector (xa[XC32], xa[XC16]) so the correction costs one scalar FMA.
-Per-block minima (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) use the float sums of x, as the
-float kernels do, which keeps them exact.
+Per-block minima (Q4_1, Q5_1, Q2_K, Q4_K, Q5_K) take the same d_x * sum(xq), not the
+float sum of x: the result is then exactly W @ dequant(xq), whose error is x's rounding
+noise weighted by the weights d*q + m, which a minimum centres near zero. With the float
+sum the minimum escapes the noise, which is then weighted by d*q alone (0..15d for Q4_1,
+not centred), several times the variance: on smollm2 (Q4_1) that raised the conformance
+KL divergence from 5.9e-3 to 3.2e-2.
 
-Precision: quantizing x costs NMSE ~3e-5 against the exact product (heavier for
-single outputs that happen to be near zero); `_rows` has the exact float kernels.
+Precision: every kernel here equals `dequantize(W) @ dequant(quantize(x))` to float32
+rounding (tests/unit/test_cpu_q8_scheme.py); against the exact product quantizing x costs
+NMSE ~3e-5 (heavier for single outputs that happen to be near zero); `_rows` has the exact
+float kernels.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from . import formats as F
-from ._rows import XC16, XC32, XD, XS16, XS32, _i8, _k3_scale, _k4_scale_min
+from ._rows import XC16, XC32, XD, _i8, _k3_scale, _k4_scale_min
 from ._simd import (
     PREFETCH_BYTES,
     b_bitsel,
@@ -45,12 +51,13 @@ from ._simd import (
 _jit = njit(fastmath=True, cache=True, nogil=True)
 
 
-@_jit
+# No fast-math here, said explicitly (Numba hands a caller's fastmath to callees that leave it
+# unset): it turns max|x| / 127 into a multiply by an inexact reciprocal, and which quants near
+# a rounding tie go up would then depend on the compiler, not on the scheme.
+@njit(fastmath=False, cache=True, nogil=True)
 def quantize_q8(x, xq, xa):
     """Quantize x per 32-element block into xq (int8) and fill xa[XD], xa[XC16], xa[XC32]
-    (see `_rows`): d = max|x|/127, xq = rint(x/d). len(x) must be a multiple of 32.
-
-    Callers also need `x_sums(x, xa)` for the formats with minima.
+    (see `_rows`): d = max|x|/127, xq = rint(x * (1/d)). len(x) must be a multiple of 32.
     """
     xd = xa[XD]
     xc16 = xa[XC16]
@@ -82,7 +89,7 @@ def qdot_q4_1(wr, xq, xa):
         prefetch(wr, b * 20 + PREFETCH_BYTES)
         o = b * 20
         acc = vdp(acc, b_nib(wr, o + 4), xq, b * 32, ld_f16(wr, o) * xa[XD, b])
-        tail += ld_f16(wr, o + 2) * xa[XS32, b]
+        tail += ld_f16(wr, o + 2) * xa[XC32, b]
     return vhsum8(acc) + tail
 
 
@@ -109,7 +116,7 @@ def qdot_q5_1(wr, xq, xa):
         prefetch(wr, b * 24 + PREFETCH_BYTES)
         o = b * 24
         acc = vdp(acc, b_or(b_nib(wr, o + 8), b_hbits16(wr, o + 4)), xq, b * 32, ld_f16(wr, o) * xa[XD, b])
-        tail += ld_f16(wr, o + 2) * xa[XS32, b]
+        tail += ld_f16(wr, o + 2) * xa[XC32, b]
     return vhsum8(acc) + tail
 
 
@@ -143,7 +150,7 @@ def qdot_q2_k(wr, xq, xa):
             dx = d * xa[XD, b * 8 + c]
             a = b_crumbs(wr, o + 16 + (c >> 2) * 32, 2 * (c & 3), 3)
             acc = vdp2(acc, a, xq, b * 256 + c * 32, dx * np.float32(sc0 & 15), dx * np.float32(sc1 & 15))
-            tail += dmin * (np.float32(sc0 >> 4) * xa[XS16, b * 16 + g] + np.float32(sc1 >> 4) * xa[XS16, b * 16 + g + 1])
+            tail += dmin * (np.float32(sc0 >> 4) * xa[XC16, b * 16 + g] + np.float32(sc1 >> 4) * xa[XC16, b * 16 + g + 1])
     return vhsum8(acc) - tail
 
 
@@ -190,8 +197,7 @@ def qdot_q4_k(wr, xq, xa):
             xb = b * 8 + 2 * c
             a0 = vdp(a0, b_crumbs(wr, qo, 0, 15), xq, xb * 32, d * np.float32(sc0) * xa[XD, xb])
             a1 = vdp(a1, b_crumbs(wr, qo, 4, 15), xq, xb * 32 + 32, d * np.float32(sc1) * xa[XD, xb + 1])
-            g = xb * 2
-            tail += dmin * (np.float32(mn0) * xa[XS32, xb] + np.float32(mn1) * xa[XS32, xb + 1])
+            tail += dmin * (np.float32(mn0) * xa[XC32, xb] + np.float32(mn1) * xa[XC32, xb + 1])
     return vhsum8(vadd8(a0, a1)) - tail
 
 
@@ -218,8 +224,7 @@ def qdot_q5_k(wr, xq, xa):
             q1 = b_or(b_crumbs(wr, qo, 4, 15), b_bitsel(wr, o + 16, j + 1, 16))
             a0 = vdp(a0, q0, xq, xb * 32, d * np.float32(sc0) * xa[XD, xb])
             a1 = vdp(a1, q1, xq, xb * 32 + 32, d * np.float32(sc1) * xa[XD, xb + 1])
-            g = xb * 2
-            tail += dmin * (np.float32(mn0) * xa[XS32, xb] + np.float32(mn1) * xa[XS32, xb + 1])
+            tail += dmin * (np.float32(mn0) * xa[XC32, xb] + np.float32(mn1) * xa[XC32, xb + 1])
     return vhsum8(vadd8(a0, a1)) - tail
 
 
@@ -290,7 +295,7 @@ def qdot2_q4_1(w0, w1, xq, xa):
         prefetch(w1, b * 20 + PREFETCH_BYTES)
         o = b * 20
         xd = xa[XD, b]
-        xs = xa[XS32, b]
+        xs = xa[XC32, b]
         a0 = vdp(a0, b_nib(w0, o + 4), xq, b * 32, ld_f16(w0, o) * xd)
         a1 = vdp(a1, b_nib(w1, o + 4), xq, b * 32, ld_f16(w1, o) * xd)
         t0 += ld_f16(w0, o + 2) * xs
@@ -332,7 +337,7 @@ def qdot2_q5_1(w0, w1, xq, xa):
         prefetch(w1, b * 24 + PREFETCH_BYTES)
         o = b * 24
         xd = xa[XD, b]
-        xs = xa[XS32, b]
+        xs = xa[XC32, b]
         a0 = vdp(a0, b_or(b_nib(w0, o + 8), b_hbits16(w0, o + 4)), xq, b * 32, ld_f16(w0, o) * xd)
         a1 = vdp(a1, b_or(b_nib(w1, o + 8), b_hbits16(w1, o + 4)), xq, b * 32, ld_f16(w1, o) * xd)
         t0 += ld_f16(w0, o + 2) * xs
@@ -359,7 +364,7 @@ def qdot2_q8_0(w0, w1, xq, xa):
 def qdot_rows(code, w, xq, xa, out, r0, r1):
     """out[r] = w[r] . x for r in [r0, r1) from int8 activations (quantized formats only).
 
-    xq and xa from `quantize_q8(x, xq, xa)` and `x_sums(x, xa)`. Float formats
+    xq and xa from `quantize_q8(x, xq, xa)`. Float formats
     (F32/F16/BF16) have no int8 variant and leave out untouched.
     """
     # pairs of rows for the 32-quant formats, then the odd row alone

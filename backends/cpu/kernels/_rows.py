@@ -55,7 +55,7 @@ _jit = njit(fastmath=True, cache=True, nogil=True)
 
 
 # Rows of the per-vector side array `xa` (float32[XA_ROWS, cols // 16]) that the dot
-# kernels read; the q8 kernels use all five, the float kernels the first two.
+# kernels read; the q8 kernels use the last three, the float kernels the first two.
 XS16 = 0  # sum of x over each 16-element run
 XS32 = 1  # sum of x over each 32-element block (first cols//32 entries)
 XD = 2  # q8 scale of each 32-element block

@@ -50,7 +50,8 @@ def server(args: argparse.Namespace, extra: list[str], threads: int) -> Iterator
     """`llamay serve` with `extra` flags on a free port; numba limited to `threads` in its process."""
     port = free_port()
     cmd = [sys.executable, "-m", "llamay_core.cli.main", "serve", "-m", args.model, "-port", str(port),
-           "-ctx", str(args.ctx), "-concurrency", str(args.concurrency), *extra]
+           # -ctx is the whole cache of a server or replica, shared by its sequences (llama-server's -c)
+           "-ctx", str(args.ctx * args.concurrency), "-concurrency", str(args.concurrency), *extra]
     if args.backend:
         cmd += ["-backend", args.backend]
     with running_server(cmd, {**os.environ, "NUMBA_NUM_THREADS": str(threads)}, port, args.startup_timeout,
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("-m", "--model", default="smollm2:135m")
     p.add_argument("-backend", "--backend", default="cpu")
-    p.add_argument("-ctx", "--ctx", type=int, default=1024)
+    p.add_argument("-ctx", "--ctx", type=int, default=1024, help="context of each sequence")
     p.add_argument("-clients", "--clients", type=int, default=16)
     p.add_argument("-concurrency", "--concurrency", type=int, default=8, help="sequences per server or replica")
     p.add_argument("-max-tokens", "--max-tokens", dest="max_tokens", type=int, default=32)

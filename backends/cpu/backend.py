@@ -52,7 +52,7 @@ class CpuBackend(BackendBase):
             self.activations = activations_option()
             level = isa.requested()
         except ValueError as exc:  # reported by probe(), as the backend being unavailable
-            self.activations, level, self.option_error = "int8", "auto", str(exc)
+            self.activations, level, self.option_error = "float", "auto", str(exc)
         # conformance records vouch for one decode path and one kernel build
         self.version = f"{CpuBackend.version}+{self.activations}" + ("" if level == "auto" else f"+{level}")
 
@@ -111,14 +111,17 @@ ACTIVATIONS_ENV = "LLAMAY_CPU_ACTIVATIONS"
 
 
 def activations_option() -> str:
-    """How decode multiplies quantized weights: `int8` (the default: activations quantized per 32
-    to 8 bits, integer dots, as llama.cpp) or `float` (exact float activations), from
+    """How decode multiplies quantized weights: `float` (the default: exact float activations,
+    the grouped kernel shares each weight block's unpacking across a step's rows) or `int8`
+    (activations quantized per 32 to 8 bits, integer dots, as llama.cpp), from
     LLAMAY_CPU_ACTIVATIONS.
 
-    The calibrated conformance measured int8 decode against reference at mean KL divergence
-    5.2e-3 on smollm2:135m, 9.4e-4 on qwen2.5-coder:0.5b and 2.2e-3 on gemma3:270m (limit
-    1e-2), as a NumPy backend with the same scheme (5.9e-3 on smollm2)."""
-    value = os.environ.get(ACTIVATIONS_ENV, "int8").strip().lower() or "int8"
+    int8 passes the calibrated conformance (mean KL divergence 5.2e-3 on smollm2:135m, 9.4e-4 on
+    qwen2.5-coder:0.5b, 2.2e-3 on gemma3:270m; limit 1e-2) and decodes one sequence ~9% faster,
+    but it dots every row of a step on its own, so 8 batched sequences served ~30% fewer tokens
+    per second than float (docs/performance.md); it becomes the default with a grouped int8 kernel.
+    """
+    value = os.environ.get(ACTIVATIONS_ENV, "float").strip().lower() or "float"
     if value not in ("int8", "float"):
         raise ValueError(f"{ACTIVATIONS_ENV}={value!r}: expected int8 or float")
     return value

@@ -2,8 +2,8 @@
 
 Each value of the graph gets a buffer [max_tokens, width] allocated at compile time; a pass
 uses the first T rows. Matmuls over a sequence's rows take the decode kernel when that sequence
-contributes few rows (decode, draft verification: int8 activations by default, or the exact
-grouped float kernel) and tiles + BLAS otherwise, shared out over the plan's threads: the
+contributes few rows (decode, draft verification: the exact grouped float kernel by default, or int8
+activations) and tiles + BLAS otherwise, shared out over the plan's threads: the
 choice depends only on the sequence's own rows, so the tokens a request gets never depend on
 which other requests share the pass.
 """
@@ -75,7 +75,7 @@ def _rows_count(p: "PassInfo") -> int:
 
 class CpuPlan:
     def __init__(self, graph: Graph, weights: dict[str, Any], store: HostPageStore, max_tokens: int,
-                 int8_decode: bool = True) -> None:
+                 int8_decode: bool = False) -> None:
         self.graph = graph
         self.int8_decode = int8_decode
         self.weights = weights

@@ -10,7 +10,8 @@ that surface, so the same routes serve one machine or a cluster:
     alive, queue_depth, n_running, in_flight, metrics
 
 Each submitted `Job` becomes a relay task: the router picks a replica, the replica streams the
-job's `Delta`/`Finished` events back, and the task hands them to `job.notify`. A replica that
+job's `Delta`/`Finished` events back in batches (all that were ready at once, see `replica.py`),
+and the task hands them to `job.notify` one by one, in order. A replica that
 fails before the job's first event is marked down and the job goes to another replica (nothing
 reached the client, so nothing is duplicated); one that fails after it ends the job with
 Finished("error"), which the routes turn into an SSE error event or a 500.
@@ -38,8 +39,9 @@ class ReplicaClient(Protocol):
 
     name: str
 
-    def stream(self, spec: JobSpec) -> AsyncIterator[Delta | Finished]:
-        """The replica's events for `spec`; closing the iterator cancels the job there."""
+    def stream(self, spec: JobSpec) -> AsyncIterator[Sequence[Delta | Finished]]:
+        """The replica's events for `spec`, in order, in batches (`EngineReplica.generate`);
+        closing the iterator cancels the job there."""
 
     async def stats(self) -> dict[str, Any]:
         """`EngineReplica.stats()`; raises when the replica cannot answer."""
@@ -138,15 +140,16 @@ class ClusterScheduler:
             started = False
             self.load[route.replica] += 1
             try:
-                async for event in self.replicas[route.replica].stream(spec):
-                    if isinstance(event, Finished) and event.reason == "busy" and not started:
-                        raise ReplicaBusy(event.error)
-                    started = True
-                    if isinstance(event, Delta):
-                        relayed += 1
-                    job.notify(event)
-                    if isinstance(event, Finished):
-                        return
+                async for batch in self.replicas[route.replica].stream(spec):
+                    for event in batch:
+                        if isinstance(event, Finished) and event.reason == "busy" and not started:
+                            raise ReplicaBusy(event.error)
+                        started = True
+                        if isinstance(event, Delta):
+                            relayed += 1
+                        job.notify(event)
+                        if isinstance(event, Finished):
+                            return
                 raise RuntimeError("the replica closed the stream without finishing the request")
             except asyncio.CancelledError:
                 job.notify(Finished("cancelled", Usage(len(spec.prompt_ids), relayed, 0)))

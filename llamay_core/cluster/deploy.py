@@ -27,17 +27,18 @@ class RayReplicaClient:
     def __init__(self, name: str, handle: Any) -> None:
         self.name = name
         self.handle = handle
+        self._generate = handle.options(stream=True).generate  # once, not on every request's path
 
-    async def stream(self, spec: JobSpec) -> AsyncIterator[Delta | Finished]:
-        events = self.handle.options(stream=True).generate.remote(spec)
+    async def stream(self, spec: JobSpec) -> AsyncIterator[list[Delta | Finished]]:
+        batches = self._generate.remote(spec)
         finished = False
         try:
-            async for event in events:
-                finished = isinstance(event, Finished)
-                yield event
+            async for batch in batches:
+                finished = isinstance(batch[-1], Finished)
+                yield batch
         finally:
             if not finished:
-                events.cancel()  # the replica's generator sees CancelledError and cancels the job
+                batches.cancel()  # the replica's generator sees CancelledError and cancels the job
 
     async def stats(self) -> dict[str, Any]:
         return await self.handle.stats.remote()

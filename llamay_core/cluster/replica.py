@@ -2,7 +2,9 @@
 
 The replica speaks the scheduler's own language: it receives a `JobSpec` (a `Job` without its
 callback, its constraint as data, so it pickles), compiles the constraint, runs it on the local scheduler and streams the
-scheduler's `Delta`/`Finished` events back. Routes, validation and formatting stay in
+scheduler's `Delta`/`Finished` events back, in batches: each Ray message carries every event that
+was ready when it left (one when the front keeps up, several under load), so a busy replica does
+not pay Ray's per-message cost once per token. Routes, validation and formatting stay in
 `llamay_core/server/app.py`, which runs in the front process.
 
 This module imports no Ray: `deploy.py` wraps the class in a Serve deployment, and the tests can
@@ -106,11 +108,13 @@ class EngineReplica:
                 "in_flight": s.in_flight, "kv_pages_used": self.model.pool.pages_in_use,
                 "kv_pages_total": self.model.pool.capacity, "metrics": self.metrics.render().decode()}
 
-    async def generate(self, spec: JobSpec) -> AsyncIterator[Event]:
-        """Run `spec` on this replica's scheduler and yield its events; the last one is `Finished`.
+    async def generate(self, spec: JobSpec) -> AsyncIterator[list[Event]]:
+        """Run `spec` on this replica's scheduler and yield its events in order, in batches.
 
-        A full scheduler yields Finished("busy") at once (the front answers 503); a caller that
-        stops iterating (its client went away) cancels the job at the next step boundary.
+        Each batch holds every event queued since the previous one, so none waits for another (the
+        first token leaves alone); the last batch ends with `Finished`. A full scheduler yields
+        [Finished("busy")] at once (the front answers 503); a caller that stops iterating (its
+        client went away) cancels the job at the next step boundary.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()
@@ -126,20 +130,22 @@ class EngineReplica:
             try:
                 constraint = await asyncio.to_thread(self._compile, spec.constraint)
             except EngineRejected as exc:  # the front compiled it already: only a mismatched vocabulary gets here
-                yield Finished("error", Usage(len(spec.prompt_ids), 0, 0), str(exc))
+                yield [Finished("error", Usage(len(spec.prompt_ids), 0, 0), str(exc))]
                 return
         job = spec.job(notify, constraint)
         try:
             self.scheduler.submit(job)
         except SchedulerFull as exc:
-            yield Finished("busy", Usage(len(spec.prompt_ids), 0, 0), str(exc))
+            yield [Finished("busy", Usage(len(spec.prompt_ids), 0, 0), str(exc))]
             return
         finished = False
         try:
             while not finished:
-                event = await queue.get()
-                finished = isinstance(event, Finished)
-                yield event
+                batch = [await queue.get()]
+                while not queue.empty():  # nothing follows Finished, so it stays last
+                    batch.append(queue.get_nowait())
+                finished = isinstance(batch[-1], Finished)
+                yield batch
         finally:
             if not finished:
                 self.scheduler.cancel(job)

@@ -1,11 +1,12 @@
 """ClusterScheduler behind the real routes, over in-process EngineReplicas on a tiny model (no Ray).
 
 What Ray adds (processes, restarts) is covered by tests/e2e/test_cluster.py; here the front's
-own logic runs in milliseconds: same answers as one server, prefix routing, and what a replica
-failing before or after its first event does to a request.
+own logic runs in milliseconds: same answers as one server, prefix routing, events coalesced into
+batches, and what a replica failing before or after its first event does to a request.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -20,13 +21,15 @@ import llamay
 from llamay_core.cluster.adapter import ClusterScheduler
 from llamay_core.cluster.front import FrontModel
 from llamay_core.cluster.replica import EngineReplica, JobSpec, ReplicaConfig
+from llamay_core.engine.sampling import SamplingParams
 from llamay_core.server.app import create_app
+from llamay_core.server.scheduler import Delta, Finished
 
 PREFIX = "the quick brown fox jumps over the lazy dog while the cat sleeps; " * 2
 
 
 class InProcessReplica:
-    """A ReplicaClient calling an EngineReplica directly; `fail` makes it die before or after its first event."""
+    """A ReplicaClient calling an EngineReplica directly; `fail` makes it die before or after its first batch."""
 
     def __init__(self, name: str, replica: EngineReplica) -> None:
         self.name = name
@@ -38,18 +41,38 @@ class InProcessReplica:
         self.calls += 1
         if self.fail == "before":
             raise ConnectionError("the replica process died")
-        async with contextlib.aclosing(self.replica.generate(spec)) as events:
+        async with contextlib.aclosing(self.replica.generate(spec)) as batches:
             sent = 0
-            async for event in events:
+            async for batch in batches:
                 if self.fail == "after" and sent == 1:
                     raise ConnectionError("the replica process died")
                 sent += 1
-                yield event
+                yield batch
 
     async def stats(self) -> dict[str, Any]:
         # The health probe keeps answering: a replica can die between two probes, and the
         # requests routed to it in between must not be lost.
         return self.replica.stats()
+
+
+class ScriptedReplica:
+    """A ReplicaClient that sends fixed batches of events, then dies if `die` (a replica lost mid-request)."""
+
+    def __init__(self, name: str, batches: list[list[Any]], die: bool) -> None:
+        self.name = name
+        self.batches = batches
+        self.die = die
+        self.calls = 0
+
+    async def stream(self, spec: JobSpec) -> AsyncIterator[Any]:
+        self.calls += 1
+        for batch in self.batches:
+            yield batch
+        if self.die:
+            raise ConnectionError("the replica process died")
+
+    async def stats(self) -> dict[str, Any]:
+        return {"alive": True, "pid": 1, "running": 0}
 
 
 @pytest.fixture(scope="module")
@@ -180,3 +203,73 @@ def test_cluster_flags_without_ray_or_replicas_are_one_line_errors(tiny_path, mo
     assert main(["serve", "-m", str(tiny_path), "-replicas", "2", "-port", "0"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == \
         "llamay serve: error: -replicas needs Ray Serve: pip install 'llamay[cluster]'"
+
+
+def run_replica(replica: EngineReplica, prompt: str, max_tokens: int, stall: bool) -> list[list[Any]]:
+    """The batches `generate` yields; `stall` stops reading after the first one until the job is done."""
+    ids = tuple(replica.model.tokenize(prompt))
+    spec = JobSpec(ids, SamplingParams(temperature=0.0), max_tokens, ignore_eos=True)
+
+    async def read() -> list[list[Any]]:
+        batches = []
+        async for batch in replica.generate(spec):
+            batches.append(batch)
+            if stall and len(batches) == 1:
+                deadline = time.monotonic() + 30
+                while replica.scheduler.in_flight:  # the scheduler queues the rest meanwhile
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.01)
+        return batches
+
+    return asyncio.run(read())
+
+
+def event_summary(events: list[Any]) -> list[tuple[Any, ...]]:
+    # The second run takes the prompt from the prefix cache: the usage's cached tokens differ.
+    return [("delta", e.text, tuple(e.tokens)) if isinstance(e, Delta)
+            else ("finished", e.reason, e.usage.prompt_tokens, e.usage.completion_tokens) for e in events]
+
+
+def test_events_a_slow_reader_missed_come_in_one_batch_in_order_with_finished_last(replicas):
+    replica = replicas[0]
+    prompt = "tell me about the lazy dog"
+    eager = run_replica(replica, prompt, 8, stall=False)
+    stalled = run_replica(replica, prompt, 8, stall=True)
+    assert len(stalled) == 2  # the first token left alone; the other seven and Finished waited together
+    assert [len(b) for b in stalled] == [1, 8]
+    flat = [e for b in stalled for e in b]
+    assert event_summary(flat) == event_summary([e for b in eager for e in b])
+    assert [isinstance(e, Finished) for e in flat] == [False] * 8 + [True]
+
+
+def record_events(replica: EngineReplica, prompt: str, max_tokens: int) -> list[Any]:
+    return [e for b in run_replica(replica, prompt, max_tokens, stall=False) for e in b]
+
+
+def scripted_front(tiny_path, replicas, clients) -> Any:
+    scheduler = ClusterScheduler(clients, page_size=replicas[0].model.kv_spec.page_size, max_running=4,
+                                 max_waiting=4, probe_interval_s=0.05)
+    model = FrontModel(str(tiny_path), replicas[0].describe(), len(clients), lambda: scheduler.latest)
+    return TestClient(create_app(model, scheduler=scheduler))
+
+
+def test_the_front_unpacks_a_batch_in_order(tiny_path, replicas):
+    events = record_events(replicas[0], "one batch for all", 6)
+    with scripted_front(tiny_path, replicas, [ScriptedReplica("r0", [events], die=False)]) as client:
+        streamed = stream_events(client, "one batch for all")
+    texts = [c["choices"][0]["text"] for c in streamed[:-1] if c.get("choices")]
+    assert "".join(texts) == "".join(e.text for e in events if isinstance(e, Delta))
+    assert streamed[-2]["choices"][0]["finish_reason"] == "length" and streamed[-1] == "[DONE]"
+
+
+def test_a_replica_dying_after_a_batch_relays_the_batch_then_an_error_event(tiny_path, replicas):
+    events = record_events(replicas[0], "a batch then a crash", 6)
+    sent = events[:3]  # three tokens arrived together, then the replica died
+    dying = [ScriptedReplica(f"r{k}", [sent], die=True) for k in range(2)]
+    with scripted_front(tiny_path, replicas, dying) as client:
+        streamed = stream_events(client, "a batch then a crash")
+    texts = [c["choices"][0]["text"] for c in streamed[:-2]]
+    assert "".join(texts) == "".join(e.text for e in sent)
+    assert streamed[-2]["error"]["type"] == "server_error" and "failed" in streamed[-2]["error"]["message"]
+    assert streamed[-1] == "[DONE]"
+    assert sum(r.calls for r in dying) == 1  # it had started: never sent again, so nothing is duplicated

@@ -20,6 +20,15 @@ from llamay_core.server.scheduler import Delta, Finished
 # Room beyond the scheduler's own limit for the front's health probes (Serve counts them too).
 PROBE_SLOTS = 4
 
+# Serve runs a replica's methods on the replica's own event loop rather than a second loop in a
+# second thread: each stream message then skips one hand-over between threads, and with it one
+# wait for the GIL, which the replica's scheduler thread holds between its kernels; and the
+# generator is pulled as fast as Ray sends, so events that pile up meanwhile leave as one batch.
+# Three alternating runs on 2 busy cores, one replica: 4-14% more tokens/s with 1 stream, 0-12%
+# with 8, first token unchanged. `generate` only awaits a queue, and the sync methods (stats,
+# describe) still run in Serve's threadpool, so nothing blocks the loop.
+REPLICA_ENV = {"RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0"}
+
 
 class RayReplicaClient:
     """One replica reached through its Serve handle (the `ReplicaClient` of `adapter.py`)."""
@@ -93,8 +102,9 @@ def start_cluster(config: ReplicaConfig, replicas: int, address: str | None = No
         names = [f"llamay-{tag}-{k}" for k in range(replicas)]
         deployment = serve.deployment(
             EngineReplica, num_replicas=1, max_ongoing_requests=config.max_running + config.max_waiting + PROBE_SLOTS,
-            ray_actor_options={"num_cpus": config.threads}, health_check_period_s=2.0,
-            health_check_timeout_s=30.0, graceful_shutdown_timeout_s=120.0, max_constructor_retry_count=2)
+            ray_actor_options={"num_cpus": config.threads, "runtime_env": {"env_vars": REPLICA_ENV}},
+            health_check_period_s=2.0, health_check_timeout_s=30.0, graceful_shutdown_timeout_s=120.0,
+            max_constructor_retry_count=2)
         targets = [serve.RunTarget(deployment.options(name=name).bind(config), name=name, route_prefix=None)
                    for name in names]
         handles = serve.run_many(targets)

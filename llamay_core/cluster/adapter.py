@@ -11,10 +11,11 @@ that surface, so the same routes serve one machine or a cluster:
 
 Each submitted `Job` becomes a relay task: the router picks a replica, the replica streams the
 job's `Delta`/`Finished` events back in batches (all that were ready at once, see `replica.py`),
-and the task hands them to `job.notify` one by one, in order. A replica that
-fails before the job's first event is marked down and the job goes to another replica (nothing
-reached the client, so nothing is duplicated); one that fails after it ends the job with
-Finished("error"), which the routes turn into an SSE error event or a 500.
+and the task hands them to `job.notify` one by one, in order. A replica that fails before the
+job's first event is marked down and the job goes to another replica (nothing reached the
+client, so nothing is duplicated); one that fails after it ends the job, once every event it
+did send is relayed, with Finished("error"), which the routes turn into an SSE error event or a
+500.
 
 Replicas are reached through `ReplicaClient`s (`deploy.py` makes them from Ray Serve handles;
 tests may wrap in-process `EngineReplica`s).

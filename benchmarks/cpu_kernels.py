@@ -205,9 +205,10 @@ def bench_decode(cases, threads, quick):
 
 def bench_grouped(cases, threads, quick):
     print("\n## A few tokens at once (decode batches, draft verification): ms per matmul")
-    print("grouped = matmul_grouped (one dequantization per run for up to 9 tokens, bit-identical per token);")
-    print("fused = matmul_fused (the per-token kernel); 9 as 8+1 = matmul_grouped with group_max 8.")
-    hdr = f"{'case':28s} {'type':5s} {'thr':>3s} {'T':>3s} {'grouped':>8s} {'fused':>8s} {'8+1':>8s}"
+    print("float = matmul_grouped (one dequantization per 32-weight run for up to 9 tokens, bit-identical")
+    print("per token); int8 = matmul_grouped(int8=True) (one byte unpacking per run, integer dots per token,")
+    print("bit-identical per token); int8 rows = matmul_q8 (each token's row dotted on its own).")
+    hdr = f"{'case':28s} {'type':5s} {'thr':>3s} {'T':>3s} {'float':>8s} {'int8':>8s} {'int8 rows':>9s}"
     print(hdr)
     print("-" * len(hdr))
     rng = np.random.default_rng(2)
@@ -216,16 +217,17 @@ def bench_grouped(cases, threads, quick):
         if label.startswith("random") or label == "qwen output":
             continue
         cols = K.row_elems(code, w.shape[1])
+        quantized = code not in (K.F32, K.F16, K.BF16)
         for th in threads:
             set_threads(th)
             for T in (1, 4, 8, 9):
                 X = rng.standard_normal((T, cols)).astype(np.float32)
                 OUT = np.empty((T, w.shape[0]), np.float32)
                 tg = best_time(lambda: K.matmul_grouped(code, w, X, OUT), reps=reps)
-                tf = best_time(lambda: K.matmul_fused(code, w, X, OUT), reps=reps)
-                t81 = best_time(lambda: K.matmul_grouped(code, w, X, OUT, 8), reps=reps) if T == 9 else None
-                ms = lambda t: f"{t * 1e3:8.3f}" if t else f"{'-':>8s}"
-                print(f"{label:28s} {K.TYPE_NAME[code]:5s} {th:3d} {T:3d} {ms(tg)} {ms(tf)} {ms(t81)}")
+                tq = best_time(lambda: K.matmul_grouped(code, w, X, OUT, int8=True), reps=reps) if quantized else None
+                tr = best_time(lambda: K.matmul_q8(code, w, X, OUT), reps=reps) if quantized else None
+                ms = lambda t, n=8: f"{t * 1e3:{n}.3f}" if t else f"{'-':>{n}s}"
+                print(f"{label:28s} {K.TYPE_NAME[code]:5s} {th:3d} {T:3d} {ms(tg)} {ms(tq)} {ms(tr, 9)}")
 
 
 def bench_model_sweep(models, threads, quick):

@@ -80,8 +80,8 @@ class CpuBackend(BackendBase):
         level = isa.describe(set(kernels.FEATURES))
         if isa.requested() != "auto":
             level += f" (forced by {isa.ENV})"
-        dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else "generic"
-        decode = f"int8 activations ({dot})" if self.activations == "int8" else "float activations"
+        dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else None
+        decode = f"int8 activations ({dot})" if self.activations == "int8" and dot else "float activations"
         return {"kernels": level, "matmul": f"cpu, decode {decode}", "gemm": "dequantized tiles + BLAS sgemm",
                 "repack": "off"}
 
@@ -111,17 +111,17 @@ ACTIVATIONS_ENV = "LLAMAY_CPU_ACTIVATIONS"
 
 
 def activations_option() -> str:
-    """How decode multiplies quantized weights: `float` (the default: exact float activations,
-    the grouped kernel shares each weight block's unpacking across a step's rows) or `int8`
-    (activations quantized per 32 to 8 bits, integer dots, as llama.cpp), from
-    LLAMAY_CPU_ACTIVATIONS.
+    """How decode multiplies quantized weights, from LLAMAY_CPU_ACTIVATIONS: `int8` (the default:
+    each row's activations quantized per 32 to 8 bits, integer dots, as llama.cpp) or `float`
+    (exact float activations).
 
-    int8 passes the calibrated conformance (mean KL divergence 5.2e-3 on smollm2:135m, 9.4e-4 on
-    qwen2.5-coder:0.5b, 2.2e-3 on gemma3:270m; limit 1e-2) and decodes one sequence ~9% faster,
-    but it dots every row of a step on its own, so 8 batched sequences served ~30% fewer tokens
-    per second than float (docs/performance.md); it becomes the default with a grouped int8 kernel.
+    Both run the grouped kernels (`kernels/_grouped.py`): a weight run is unpacked once for a
+    step's rows and every row gets the same bits alone or batched. int8 passes the calibrated
+    conformance (mean KL divergence vs reference 5.2e-3 on smollm2:135m, 9.4e-4 on
+    qwen2.5-coder:0.5b, 2.2e-3 on gemma3:270m; limit 1e-2). On CPUs without AVX2 or VNNI dots
+    the quantized formats decode with float activations whatever this says.
     """
-    value = os.environ.get(ACTIVATIONS_ENV, "float").strip().lower() or "float"
+    value = os.environ.get(ACTIVATIONS_ENV, "int8").strip().lower() or "int8"
     if value not in ("int8", "float"):
         raise ValueError(f"{ACTIVATIONS_ENV}={value!r}: expected int8 or float")
     return value

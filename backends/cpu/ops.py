@@ -10,128 +10,276 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from llamay_backends.cpu.kernels._simd import vadd, vexp, vfma_s, vfma_vx, vhsum, vld, vsplat, vst, vsub, vzero
+from llamay_backends.cpu.kernels._simd import vadd, vexp, vfma_s, vfma_vx, vhsum, vld, vsilu_mul, vsplat, vst, vsub, vzero
 
 _par = njit(parallel=True, fastmath=True, cache=True)
-_ser = njit(fastmath=True, cache=True)
+# error_model="numpy": IEEE results (inf, nan) rather than a Python ZeroDivisionError, as in the
+# parallel loops (Numba compiles a prange body that way)
+_ser = njit(fastmath=True, cache=True, error_model="numpy")
 
 
-@_par
-def rms_norm(x, w, has_weight, eps, group, offset, out):
-    t_count, width = x.shape
+# Each elementwise op is a serial kernel over a range of rows (`_*_rows`) and a public function
+# that runs it on the calling thread for a few rows and over Numba's threads otherwise: a decode
+# token runs ~9 such ops per layer on a few hundred floats each, where waking the thread pool
+# (~10-15 us) cost more than the op (measured: 271 calls, 17.6 us each, on smollm2's 16 ms
+# token). Both paths run the same row kernel, so a row's bits do not depend on how many rows
+# share the pass.
+SERIAL_ROWS = 16
+
+
+@_ser
+def _rms_norm_rows(x, w, has_weight, eps, group, offset, out, t0, t1):
+    width = x.shape[1]
     g = group if group > 0 else width
-    n_groups = width // g
-    for idx in prange(t_count * n_groups):
-        t = idx // n_groups
-        base = (idx % n_groups) * g
-        ss = 0.0
-        for i in range(g):
-            v = x[t, base + i]
-            ss += v * v
-        inv = 1.0 / math.sqrt(ss / g + eps)
-        if has_weight:
-            for i in range(g):
-                out[t, base + i] = x[t, base + i] * inv * (w[i if group > 0 else base + i] + offset)
-        else:
-            for i in range(g):
-                out[t, base + i] = x[t, base + i] * inv
+    for t in range(t0, t1):
+        xr, orow = x[t], out[t]
+        for base in range(0, width - g + 1, g):
+            ss = 0.0
+            for i in range(base, base + g):
+                v = xr[i]
+                ss += v * v
+            inv = 1.0 / math.sqrt(ss / g + eps)
+            if not has_weight:
+                for i in range(base, base + g):
+                    orow[i] = xr[i] * inv
+            elif group > 0:  # one weight per position in the group (per-head norms)
+                for i in range(g):
+                    orow[base + i] = xr[base + i] * inv * (w[i] + offset)
+            else:
+                for i in range(base, base + g):
+                    orow[i] = xr[i] * inv * (w[i] + offset)
 
 
 @_par
-def add(a, b, out):
-    t_count, width = a.shape
-    for t in prange(t_count):
-        for i in range(width):
+def _rms_norm_par(x, w, has_weight, eps, group, offset, out):
+    for t in prange(x.shape[0]):
+        _rms_norm_rows(x, w, has_weight, eps, group, offset, out, t, t + 1)
+
+
+def rms_norm(x, w, has_weight, eps, group, offset, out):
+    if x.shape[0] <= SERIAL_ROWS:
+        _rms_norm_rows(x, w, has_weight, eps, group, offset, out, 0, x.shape[0])
+    else:
+        _rms_norm_par(x, w, has_weight, eps, group, offset, out)
+
+
+@_ser
+def _add_rows(a, b, out, t0, t1):
+    for t in range(t0, t1):
+        for i in range(a.shape[1]):
             out[t, i] = a[t, i] + b[t, i]
 
 
 @_par
-def mul(a, b, out):
-    t_count, width = a.shape
-    for t in prange(t_count):
-        for i in range(width):
+def _add_par(a, b, out):
+    for t in prange(a.shape[0]):
+        _add_rows(a, b, out, t, t + 1)
+
+
+def add(a, b, out):
+    if a.shape[0] <= SERIAL_ROWS:
+        _add_rows(a, b, out, 0, a.shape[0])
+    else:
+        _add_par(a, b, out)
+
+
+@_ser
+def _mul_rows(a, b, out, t0, t1):
+    for t in range(t0, t1):
+        for i in range(a.shape[1]):
             out[t, i] = a[t, i] * b[t, i]
 
 
 @_par
-def scale(x, factor, out):
-    t_count, width = x.shape
-    for t in prange(t_count):
-        for i in range(width):
+def _mul_par(a, b, out):
+    for t in prange(a.shape[0]):
+        _mul_rows(a, b, out, t, t + 1)
+
+
+def mul(a, b, out):
+    if a.shape[0] <= SERIAL_ROWS:
+        _mul_rows(a, b, out, 0, a.shape[0])
+    else:
+        _mul_par(a, b, out)
+
+
+@_ser
+def _scale_rows(x, factor, out, t0, t1):
+    for t in range(t0, t1):
+        for i in range(x.shape[1]):
             out[t, i] = x[t, i] * factor
 
 
 @_par
-def add_bias(x, bias):
-    t_count, width = x.shape
-    for t in prange(t_count):
-        for i in range(width):
+def _scale_par(x, factor, out):
+    for t in prange(x.shape[0]):
+        _scale_rows(x, factor, out, t, t + 1)
+
+
+def scale(x, factor, out):
+    if x.shape[0] <= SERIAL_ROWS:
+        _scale_rows(x, factor, out, 0, x.shape[0])
+    else:
+        _scale_par(x, factor, out)
+
+
+@_ser
+def _add_bias_rows(x, bias, t0, t1):
+    for t in range(t0, t1):
+        for i in range(x.shape[1]):
             x[t, i] += bias[i]
 
 
 @_par
-def silu_mul(gate, up, out):
-    t_count, width = gate.shape
-    for t in prange(t_count):
-        for i in range(width):
-            g = gate[t, i]
-            out[t, i] = g / (1.0 + math.exp(-g)) * up[t, i]
+def _add_bias_par(x, bias):
+    for t in prange(x.shape[0]):
+        _add_bias_rows(x, bias, t, t + 1)
+
+
+def add_bias(x, bias):
+    if x.shape[0] <= SERIAL_ROWS:
+        _add_bias_rows(x, bias, 0, x.shape[0])
+    else:
+        _add_bias_par(x, bias)
+
+
+# Not fast-math: the vector exp overflows to inf for gate < -88, which IEEE arithmetic turns into
+# the right 0 (and an overflowing product into inf); under fast-math's no-infs assumption LLVM
+# may fold those lanes into NaN.
+@njit(cache=True, error_model="numpy")
+def _silu_mul_rows(gate, up, out, t0, t1):
+    width = gate.shape[1]
+    vec = width // 16 * 16
+    for t in range(t0, t1):
+        gr, ur, orow = gate[t], up[t], out[t]
+        for i in range(0, vec, 16):  # 16 lanes at a time: a scalar exp per element cost ~8 ns
+            vst(orow, i, vsilu_mul(vld(gr, i), vld(ur, i)))
+        for i in range(vec, width):
+            g = gr[i]
+            orow[i] = g / (1.0 + math.exp(-g)) * ur[i]
 
 
 @_par
-def gelu_mul(gate, up, out):
-    t_count, width = gate.shape
+def _silu_mul_par(gate, up, out):
+    for t in prange(gate.shape[0]):
+        _silu_mul_rows(gate, up, out, t, t + 1)
+
+
+def silu_mul(gate, up, out):
+    if gate.shape[0] <= SERIAL_ROWS:
+        _silu_mul_rows(gate, up, out, 0, gate.shape[0])
+    else:
+        _silu_mul_par(gate, up, out)
+
+
+@_ser
+def _gelu_mul_rows(gate, up, out, t0, t1):
     c = math.sqrt(2.0 / math.pi)
-    for t in prange(t_count):
-        for i in range(width):
+    for t in range(t0, t1):
+        for i in range(gate.shape[1]):
             g = gate[t, i]
             out[t, i] = 0.5 * g * (1.0 + math.tanh(c * (g + 0.044715 * g * g * g))) * up[t, i]
 
 
 @_par
-def softcap(x, cap, out):
-    t_count, width = x.shape
-    for t in prange(t_count):
-        for i in range(width):
+def _gelu_mul_par(gate, up, out):
+    for t in prange(gate.shape[0]):
+        _gelu_mul_rows(gate, up, out, t, t + 1)
+
+
+def gelu_mul(gate, up, out):
+    if gate.shape[0] <= SERIAL_ROWS:
+        _gelu_mul_rows(gate, up, out, 0, gate.shape[0])
+    else:
+        _gelu_mul_par(gate, up, out)
+
+
+@_ser
+def _softcap_rows(x, cap, out, t0, t1):
+    for t in range(t0, t1):
+        for i in range(x.shape[1]):
             out[t, i] = cap * math.tanh(x[t, i] / cap)
 
 
 @_par
-def rope(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
-    """inv_freq[i] = base^(-2i/n_rot) in float64; angles computed in float64 like the reference."""
-    t_count = x.shape[0]
+def _softcap_par(x, cap, out):
+    for t in prange(x.shape[0]):
+        _softcap_rows(x, cap, out, t, t + 1)
+
+
+def softcap(x, cap, out):
+    if x.shape[0] <= SERIAL_ROWS:
+        _softcap_rows(x, cap, out, 0, x.shape[0])
+    else:
+        _softcap_par(x, cap, out)
+
+
+@_ser
+def _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, t0, t1):
     half = n_rot // 2
-    for idx in prange(t_count * n_heads):
-        t = idx // n_heads
-        base = (idx % n_heads) * head_dim
+    cos = np.empty(half)
+    sin = np.empty(half)
+    for t in range(t0, t1):
         pos = positions[t] * freq_scale
-        for i in range(half):
+        for i in range(half):  # the angles are the same for every head
             theta = pos * inv_freq[i]
-            c = math.cos(theta)
-            s = math.sin(theta)
-            if neox:
-                a = x[t, base + i]
-                b = x[t, base + i + half]
-                out[t, base + i] = a * c - b * s
-                out[t, base + i + half] = a * s + b * c
-            else:
-                a = x[t, base + 2 * i]
-                b = x[t, base + 2 * i + 1]
-                out[t, base + 2 * i] = a * c - b * s
-                out[t, base + 2 * i + 1] = a * s + b * c
-        for i in range(n_rot, head_dim):
-            out[t, base + i] = x[t, base + i]
+            cos[i] = math.cos(theta)
+            sin[i] = math.sin(theta)
+        for h in range(n_heads):
+            base = h * head_dim
+            for i in range(half):
+                c = cos[i]
+                s = sin[i]
+                if neox:
+                    a = x[t, base + i]
+                    b = x[t, base + i + half]
+                    out[t, base + i] = a * c - b * s
+                    out[t, base + i + half] = a * s + b * c
+                else:
+                    a = x[t, base + 2 * i]
+                    b = x[t, base + 2 * i + 1]
+                    out[t, base + 2 * i] = a * c - b * s
+                    out[t, base + 2 * i + 1] = a * s + b * c
+            for i in range(n_rot, head_dim):
+                out[t, base + i] = x[t, base + i]
 
 
 @_par
-def kv_write_f32(k, v, pages, slots, k_store, v_store):
-    for t in prange(k.shape[0]):
+def _rope_par(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
+    for t in prange(x.shape[0]):
+        _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, t, t + 1)
+
+
+def rope(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
+    """inv_freq[i] = base^(-2i/n_rot) in float64; angles computed in float64 like the reference."""
+    if x.shape[0] <= SERIAL_ROWS:
+        _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, 0, x.shape[0])
+    else:
+        _rope_par(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out)
+
+
+@_ser
+def _kv_write_rows(k, v, pages, slots, k_store, v_store, t0, t1):
+    for t in range(t0, t1):
         p = pages[t]
         s = slots[t]
         for i in range(k.shape[1]):
             k_store[p, s, i] = k[t, i]
         for i in range(v.shape[1]):
             v_store[p, s, i] = v[t, i]
+
+
+@_par
+def _kv_write_par(k, v, pages, slots, k_store, v_store):
+    for t in prange(k.shape[0]):
+        _kv_write_rows(k, v, pages, slots, k_store, v_store, t, t + 1)
+
+
+def kv_write_f32(k, v, pages, slots, k_store, v_store):
+    if k.shape[0] <= SERIAL_ROWS:
+        _kv_write_rows(k, v, pages, slots, k_store, v_store, 0, k.shape[0])
+    else:
+        _kv_write_par(k, v, pages, slots, k_store, v_store)
 
 
 # Rows of one sequence whose attention is computed together (prefill), sharing each K/V page

@@ -2,8 +2,8 @@
 
 Each value of the graph gets a buffer [max_tokens, width] allocated at compile time; a pass
 uses the first T rows. Matmuls over a sequence's rows take the decode kernel when that sequence
-contributes few rows (decode, draft verification: the exact grouped float kernel by default, or int8
-activations) and tiles + BLAS otherwise, shared out over the plan's threads: the
+contributes few rows (decode, draft verification: the grouped kernel, int8 activations by default
+or exact float ones) and tiles + BLAS otherwise, shared out over the plan's threads: the
 choice depends only on the sequence's own rows, so the tokens a request gets never depend on
 which other requests share the pass.
 """
@@ -88,6 +88,9 @@ class CpuPlan:
         self.steps: list[Callable[[PassInfo], None]] = []
         self._selected: set[str] = set()  # values holding only the rows whose logits are wanted
         self._free: dict[int, list[np.ndarray]] = {}  # buffers of dead values, by width
+        self._q8_buffers: dict[int, np.ndarray] = {}  # prefill activations through the int8 scheme
+        self._q8_key: dict[int, tuple[int, str, int, int]] = {}  # what each of those buffers holds
+        self._passes = 0
         last_use = {}
         for i, node in enumerate(graph.nodes):
             for name in node.inputs():
@@ -210,7 +213,14 @@ class CpuPlan:
         code, rows = wt.code, wt.rows
         after_select = node.x in self._selected
         # the logits matmul stays exact: int8 activations there move near-tied logits directly
-        grouped = self._decode_kernel(code, rows, x.shape[1], int8=self.int8_decode and not after_select)
+        int8 = self.int8_decode and not after_select and kernels.uses_q8(code)
+        grouped = self._decode_kernel(code, rows, x.shape[1], int8=int8)
+
+        def large(a: int, b: int, p: PassInfo) -> None:
+            # int8: the activations the int8 kernels see, so a prompt's tokens get the same
+            # activations whether the prompt comes at once or in small chunks
+            xs = self._q8_scratch(node.x, a, b, p) if int8 else x[a:b]
+            kernels.matmul(code, rows, xs, out[a:b], pool=p.pool, workers=p.workers)
 
         def matmul(p: PassInfo) -> None:
             n = count(p)
@@ -230,23 +240,34 @@ class CpuPlan:
                     grouped(rows, xs, os_)
                     out[p.small_rows] = os_
                 for a, b in p.large_segments:
-                    kernels.matmul(code, rows, x[a:b], out[a:b], pool=p.pool, workers=p.workers)
+                    large(a, b, p)
             if bias is not None:
                 ops.add_bias(out[:n], bias)
         return matmul
+
+    def _q8_scratch(self, name: str, a: int, b: int, p: PassInfo) -> np.ndarray:
+        """Rows a..b of value `name` as the int8 scheme sees them; q, k and v (gate and up) share
+        one copy. Keyed by the value's name: its buffer is reused by later values."""
+        x = self._value(name)
+        key = (p.serial, name, a, b)  # valid within this pass only
+        buf = self._q8_buffers.get(x.shape[1])
+        if buf is None:
+            buf = self._q8_buffers[x.shape[1]] = np.empty((self.max_tokens, x.shape[1]), np.float32)
+        out = buf[:b - a]
+        if self._q8_key.get(x.shape[1]) != key:
+            kernels.q8_roundtrip(x[a:b], out)
+            self._q8_key[x.shape[1]] = key
+        return out
 
     def _decode_kernel(self, code: int, rows: np.ndarray, cols: int,
                        int8: bool) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
         """The kernel for a sequence's few rows (decode, draft verification): f(w, X, OUT).
 
-        Both choices give a token the same bits alone or beside others. int8: each row of X is
-        quantized on its own (per-row scales) and every row is dotted with the same integer
-        kernel, whatever the number of rows. float: the grouped kernel (`kernels/_grouped.py`).
+        The grouped kernels (`kernels/_grouped.py`) unpack each weight run once for up to nine
+        rows and give a row the same bits alone or beside others. int8 (where `uses_q8`: AVX2 or
+        VNNI dots): each row of X is quantized on its own to int8 per 32, integer dots; else float.
         """
-        if int8 and kernels.uses_q8(code):
-            kernels.grouped_kernel(code, rows, cols)  # the same geometry check, once
-            return lambda w, X, OUT: kernels.matmul_q8(code, w, X, OUT)
-        return kernels.grouped_kernel(code, rows, cols)
+        return kernels.grouped_kernel(code, rows, cols, int8=int8 and kernels.uses_q8(code))
 
     def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
         count = self._count
@@ -284,6 +305,8 @@ class CpuPlan:
     # -- running ------------------------------------------------------------------------------
     def __call__(self, batch: Batch) -> np.ndarray:
         p = PassInfo(batch, self.store.spec.page_size)
+        self._passes += 1
+        p.serial = self._passes
         if p.n > self.max_tokens:
             raise ValueError(f"{p.n} tokens exceed the cpu backend's pass of {self.max_tokens}")
         p.n_rows = p.n

@@ -375,7 +375,9 @@ if given is not None:
 
 
 def test_generated_group_loops_are_current():
-    # _grouped_rows.py is written by gen_grouped_rows.py; an edit to either alone is a mistake
+    # _grouped_rows.py and _grouped_q8_rows.py are written by gen_grouped_rows.py; an edit to
+    # either alone is a mistake
     from llamay_backends.cpu.kernels import gen_grouped_rows
 
     assert gen_grouped_rows.TARGET.read_text() == gen_grouped_rows.source()
+    assert gen_grouped_rows.TARGET_Q8.read_text() == gen_grouped_rows.source_q8()

@@ -51,22 +51,52 @@ def activations(rng: np.random.Generator, tokens: int, cols: int) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def check(name: str, rows: int, blocks: int, tokens: int, seed: int) -> None:
+def per_row(code, w, X, OUT):
+    K.matmul_q8(code, w, X, OUT)  # the per-row int8 kernels (`matvec`'s and small-T `matmul`'s)
+
+
+def grouped(code, w, X, OUT):
+    K.matmul_grouped(code, w, X, OUT, int8=True)  # the cpu plan's int8 decode kernel
+
+
+def check(name: str, rows: int, blocks: int, tokens: int, seed: int, kernel=per_row) -> None:
     rng = np.random.default_rng(seed)
     cols = blocks * GGML_QUANT_SIZES[QT[name]][0]
     w = make_weights(name, rows, cols, rng)
     X = activations(rng, tokens, cols)
     OUT = np.full((tokens, rows), np.nan, np.float32)
-    K.matmul_q8(K.type_code(name), w, X, OUT)  # the cpu plan's int8 decode kernel
+    kernel(K.type_code(name), w, X, OUT)
     want, scale = scheme_product(name, w, X)
     err = np.abs(OUT - want) / np.maximum(scale, 1e-30)
     assert err.max() < ROUNDING, (name, float(err.max()), np.unravel_index(int(err.argmax()), err.shape))
 
 
+@pytest.mark.parametrize("kernel", [per_row, grouped])
 @pytest.mark.parametrize("name", QUANT)
-def test_int8_kernel_is_exactly_the_scheme(name):
+def test_int8_kernel_is_exactly_the_scheme(name, kernel):
     # three rows of x at once: each must use its own scales (rows 0..2 differ in range)
-    check(name, rows=19, blocks=3 if GGML_QUANT_SIZES[QT[name]][0] == 256 else 12, tokens=3, seed=7)
+    check(name, rows=19, blocks=3 if GGML_QUANT_SIZES[QT[name]][0] == 256 else 12, tokens=3, seed=7, kernel=kernel)
+
+
+@pytest.mark.parametrize("name", QUANT)
+def test_grouped_int8_is_batch_invariant(name):
+    # 13 tokens = passes of 8, 4 and 1; 35 rows = two full 16-row tasks and a partial one. Every
+    # token alone, and the tokens split at any point, get the bits they get together.
+    rng = np.random.default_rng(11)
+    code = K.type_code(name)
+    cols = 2 * max(GGML_QUANT_SIZES[QT[name]][0], 64)
+    w = make_weights(name, 35, cols, rng)
+    X = activations(rng, 13, cols)
+    together = np.full((13, 35), np.nan, np.float32)
+    grouped(code, w, X, together)
+    for part in (slice(0, 5), slice(5, 13), slice(0, 9), slice(9, 13)):
+        sub = np.full((part.stop - part.start, 35), np.nan, np.float32)
+        grouped(code, w, np.ascontiguousarray(X[part]), sub)
+        assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32)), part
+    for t in range(13):
+        alone = np.full((1, 35), np.nan, np.float32)
+        grouped(code, w, np.ascontiguousarray(X[t:t + 1]), alone)
+        assert np.array_equal(alone.view(np.uint32), together[t:t + 1].view(np.uint32)), t
 
 
 def test_quantization_is_exactly_the_scheme():
@@ -90,3 +120,4 @@ else:
     @given(st.sampled_from(QUANT), st.integers(1, 9), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**31))
     def test_int8_kernel_is_the_scheme_for_any_shape(name, rows, blocks, tokens, seed):
         check(name, rows, blocks, tokens, seed)
+        check(name, rows, blocks, tokens, seed, kernel=grouped)

@@ -12,6 +12,7 @@ Public surface:
     matmul(code, w, X, OUT)             prefill, OUT = X @ W.T (dequantized tiles + BLAS)
     matmul_grouped(code, w, X, OUT)     a few tokens at once, each bit-identical to alone
     matmul_fused / matmul_q8            measured alternative prefill strategies
+    q8_roundtrip(X, OUT)                X as the int8 scheme sees it (quantized, scaled back)
     dequantize_rows(code, w, ids, out)  embedding lookup, rows to float32
     dequantize_range(code, w, r0, r1, out)
     prepare_x + dot_rows, prepare_x_q8 + qdot_rows, deq_row   serial blocks for Numba callers
@@ -97,6 +98,7 @@ from ._api import (  # noqa: E402
     matvec_float,
     matvec_q8,
     prepare_x,
+    q8_roundtrip,
     prepare_x_q8,
     uses_q8,
 )
@@ -123,7 +125,7 @@ __all__ = [
     "BF16", "F16", "F32", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
     "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_VNNI",
-    "matmul", "matmul_fused", "matmul_q8", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
+    "matmul", "matmul_fused", "matmul_q8", "q8_roundtrip", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",
 ]

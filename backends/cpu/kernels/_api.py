@@ -21,9 +21,9 @@ import numpy as np
 from numba import literally, njit, prange
 
 from . import formats as F
-from ._grouped import GROUP_MAX, grouped_rows, has_grouped
+from ._grouped import GROUP_MAX, grouped_q8_rows, grouped_rows, has_grouped, has_grouped_q8
 from ._q8 import qdot_rows, quantize_q8
-from ._rows import XA_ROWS, deq_row, dot_rows, x_sums
+from ._rows import XA_ROWS, XD, deq_row, dot_rows, x_sums
 from ._simd import HAS_AVX2, HAS_VNNI
 
 # Rows per parallel task: small enough that 2..16 threads get balanced work on the
@@ -302,6 +302,77 @@ def _grouped_bf16(w, X, OUT, group_max):
     _grouped_tasks(30, w, X, OUT, group_max)
 
 
+@njit(parallel=True, cache=True)
+def _grouped_q8_tasks(code, w, X, OUT, group_max):
+    literally(code)
+    T, cols = X.shape
+    XQ = np.empty((T, cols), np.int8)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
+    # serial, as in `matmul_q8`: a second parallel region would cost a barrier for microseconds
+    for t in range(T):
+        quantize_q8(X[t], XQ[t], XA[t])
+    rows = w.shape[0]
+    for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
+        r0 = c * ROWS_PER_TASK
+        grouped_q8_rows(code, w, XQ, XA, OUT, r0, min(rows, r0 + ROWS_PER_TASK), group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q4_0(w, X, OUT, group_max):
+    _grouped_q8_tasks(2, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q4_1(w, X, OUT, group_max):
+    _grouped_q8_tasks(3, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q5_0(w, X, OUT, group_max):
+    _grouped_q8_tasks(6, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q5_1(w, X, OUT, group_max):
+    _grouped_q8_tasks(7, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q8_0(w, X, OUT, group_max):
+    _grouped_q8_tasks(8, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q2_k(w, X, OUT, group_max):
+    _grouped_q8_tasks(10, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q3_k(w, X, OUT, group_max):
+    _grouped_q8_tasks(11, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q4_k(w, X, OUT, group_max):
+    _grouped_q8_tasks(12, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q5_k(w, X, OUT, group_max):
+    _grouped_q8_tasks(13, w, X, OUT, group_max)
+
+
+@njit(cache=True)
+def _grouped_q8_q6_k(w, X, OUT, group_max):
+    _grouped_q8_tasks(14, w, X, OUT, group_max)
+
+
+_GROUPED_Q8 = {
+    F.Q4_0: _grouped_q8_q4_0, F.Q4_1: _grouped_q8_q4_1, F.Q5_0: _grouped_q8_q5_0, F.Q5_1: _grouped_q8_q5_1,
+    F.Q8_0: _grouped_q8_q8_0, F.Q2_K: _grouped_q8_q2_k, F.Q3_K: _grouped_q8_q3_k, F.Q4_K: _grouped_q8_q4_k,
+    F.Q5_K: _grouped_q8_q5_k, F.Q6_K: _grouped_q8_q6_k,
+}
+
 _GROUPED = {
     F.Q4_0: _grouped_q4_0, F.Q4_1: _grouped_q4_1, F.Q5_0: _grouped_q5_0, F.Q5_1: _grouped_q5_1,
     F.Q8_0: _grouped_q8_0, F.Q2_K: _grouped_q2_k, F.Q3_K: _grouped_q3_k, F.Q4_K: _grouped_q4_k,
@@ -310,14 +381,20 @@ _GROUPED = {
 }
 
 
-def grouped_kernel(code: int, w: np.ndarray, cols: int,
-                   group_max: int = GROUP_MAX) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
+def grouped_kernel(code: int, w: np.ndarray, cols: int, group_max: int = GROUP_MAX, *,
+                   int8: bool = False) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     """The `matmul_grouped` kernel for weight `w` (format `code`, `cols` columns), checked and
-    resolved once because a plan calls it every pass: f(w, X, OUT), shapes as `matmul_grouped`."""
+    resolved once because a plan calls it every pass: f(w, X, OUT), shapes as `matmul_grouped`.
+
+    int8: quantize each row of X to int8 per 32 (`quantize_q8`) and take integer dots, for the
+    quantized formats; float weights stay on the float kernel."""
     code = int(code)
     if not 1 <= group_max <= GROUP_MAX:
         raise ValueError(f"group_max must be between 1 and {GROUP_MAX}")
     _check(code, w, cols)
+    if int8 and has_grouped_q8(code):
+        fq = _GROUPED_Q8[code]
+        return lambda w, X, OUT: fq(w, X, OUT, group_max)
     fn = _GROUPED.get(code) if has_grouped(code, cols) else None
     if fn is None:
         # the per-token fused kernel: invariant too, only without the shared dequantization
@@ -325,7 +402,8 @@ def grouped_kernel(code: int, w: np.ndarray, cols: int,
     return lambda w, X, OUT: fn(w, X, OUT, group_max)
 
 
-def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, group_max: int = GROUP_MAX) -> None:
+def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, group_max: int = GROUP_MAX, *,
+                   int8: bool = False) -> None:
     """OUT = X @ W.T for a few tokens, each token's row bit-identical for any T.
 
     X: float32[T, cols]; OUT: float32[T, rows]. Each task takes 16 weight rows and walks
@@ -333,12 +411,28 @@ def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, gro
     once for the whole group (`_grouped.py`). A token gets the same bits alone, in a batch of
     16, or as one of a speculative draft's rows, which is what batch-invariant serving and
     speculative decoding rest on. Formats `has_grouped` lacks take the per-token fused
-    kernel, which is invariant too, only slower.
+    kernel, which is invariant too, only slower. int8: as `grouped_kernel`.
     """
     T, cols = X.shape
     if OUT.shape != (T, w.shape[0]):
         raise ValueError("OUT must be float32[T, rows]")
-    grouped_kernel(code, w, cols, group_max)(w, X, OUT)
+    grouped_kernel(code, w, cols, group_max, int8=int8)(w, X, OUT)
+
+
+@njit(cache=True, nogil=True)
+def q8_roundtrip(X, OUT):
+    """OUT[t] = the int8-activation scheme's x for X[t]: quantized per 32 (`quantize_q8`) and
+    scaled back, d * xq, in float32. Prefill multiplies this with BLAS when decode uses int8
+    activations, so a token gets the same activations (to float rounding) whichever path
+    computes it: a prompt prefilled at once and one fed in small chunks continue alike. Serial,
+    like `_dequantize_tile`: a parallel region between sgemm calls makes the thread pools spin."""
+    T, cols = X.shape
+    xq = np.empty(cols, np.int8)
+    xa = np.empty((XA_ROWS, cols // 16), np.float32)
+    for t in range(T):
+        quantize_q8(X[t], xq, xa)
+        for i in range(cols):
+            OUT[t, i] = xa[XD, i // 32] * np.float32(xq[i])
 
 
 @_par

@@ -12,6 +12,9 @@ run), the arithmetic is the same sequence of `llvm.fma` calls and additions for 
 and these kernels carry no fast-math flags, so LLVM may not reassociate them differently when it
 inlines them into loops of different sizes. Tests check the bitwise identity for every format
 and grouping.
+
+With int8 activations (`grouped_q8_rows`) the same holds: a run is unpacked once into 32 bytes
+(`_qruns.py`) and each token dots its own int8 activations with it (`_grouped_q8_rows.py`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from numba import literally, njit
 
 from . import formats as F
+from ._grouped_q8_rows import qrows_group
 from ._grouped_rows import rows_group
 
 _exact = njit(cache=True, nogil=True)
@@ -47,6 +51,27 @@ def grouped_rows(code, w, X, OUT, r0, r1, group_max):
         g = T // passes + (1 if i < T % passes else 0)
         rows_group(code, w, X, t, g, OUT, r0, r1)
         t += g
+
+
+@_exact
+def grouped_q8_rows(code, w, XQ, XA, OUT, r0, r1, group_max):
+    """As `grouped_rows` from int8 activations: XQ int8[T, cols] and XA float32[T, XA_ROWS,
+    cols // 16] filled row by row by `quantize_q8`; quantized formats only (`has_grouped_q8`).
+    Passes take 8, 4, 2 or 1 tokens (the generated loop sizes), at most group_max each."""
+    literally(code)
+    T = XQ.shape[0]
+    t = 0
+    while t < T:
+        g = 8
+        while g > 1 and (g > T - t or g > group_max):
+            g //= 2
+        qrows_group(code, w, XQ, XA, t, g, OUT, r0, r1)
+        t += g
+
+
+def has_grouped_q8(code: int) -> bool:
+    """Whether `grouped_q8_rows` handles weights of format `code`."""
+    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K)
 
 
 def has_grouped(code: int, cols: int) -> bool:

@@ -825,6 +825,84 @@ def vdp2(typingctx, acc, a, xq, xo, s0, s1):
     return f32x8(acc, a, xq, xo, s0, s1), codegen
 
 
+# ---------------------------------------------------------------- exact int8 dots (grouped decode)
+#
+# The grouped int8 kernels (`_grouped_q8.py`) unpack a 32-quant run once and dot it with each
+# token's int8 activations. As with the f32x16 kernels below, a token's bits must not depend on
+# its group, so these carry no fast-math flags: the block's integer dot is exact, and it joins the
+# float accumulator through one explicit `llvm.fma`.
+
+
+def _fma8(builder, a, b, c):
+    return builder.call(_llvm_fn(builder, "llvm.fma.v8f32", _vf8, [_vf8, _vf8, _vf8]), [a, b, c])
+
+
+def _halves(context, builder, sig, args, i):
+    # lanes 0-3 (quants 0-15) scaled by args[i], lanes 4-7 (quants 16-31) by args[i + 1]
+    v4 = ir.VectorType(_f32, 4)
+    lo = _splat(builder, _as_f32(context, builder, args[i], sig.args[i]), v4)
+    hi = _splat(builder, _as_f32(context, builder, args[i + 1], sig.args[i + 1]), v4)
+    return builder.shuffle_vector(lo, hi, ir.Constant(_vi8, list(range(8))))
+
+
+@intrinsic
+def qfma(typingctx, acc, a, xq, xo, s0, s1):
+    """fma(float(dot4(a, xq[xo:xo+32])), s, acc) for 32 unsigned quants a, exactly: s is s0 on
+    quants 0-15 and s1 on 16-31 (pass s0 twice for one scale per 32)."""
+    if acc != f32x8 or a != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
+        d = builder.sitofp(_dpbusd(builder, args[1], xv), _vf8)
+        return _fma8(builder, d, _halves(context, builder, sig, args, 4), args[0])
+
+    return f32x8(acc, a, xq, xo, s0, s1), codegen
+
+
+@intrinsic
+def qfmas(typingctx, acc, u, a, xq, xo, s):
+    """As `qfma` for 32 *signed* quants a (Q8_0) given u = |a| (`b_abs`, once per run): x takes
+    a's signs, so the pair sums stay exact on AVX2 (u <= 128, |x| <= 127)."""
+    if acc != f32x8 or a != i8x32 or u != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xv = builder.load(_ptr(context, builder, sig.args[3], args[3], args[4], _vb32), align=1)
+        zero = ir.Constant(_vb32, None)
+        sx = builder.select(builder.icmp_signed("<", args[2], zero), builder.sub(zero, xv), xv)
+        d = builder.sitofp(_dpbusd(builder, args[1], sx), _vf8)
+        sv = _splat(builder, _as_f32(context, builder, args[5], sig.args[5]), _vf8)
+        return _fma8(builder, d, sv, args[0])
+
+    return f32x8(acc, u, a, xq, xo, s), codegen
+
+
+@intrinsic
+def b_abs(typingctx, a):
+    """|a| on signed byte lanes (-128 becomes the unsigned byte 128)."""
+    if a != i8x32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        zero = ir.Constant(_vb32, None)
+        return builder.select(builder.icmp_signed("<", args[0], zero), builder.sub(zero, args[0]), args[0])
+
+    return i8x32(a), codegen
+
+
+@intrinsic
+def qhsum(typingctx, v):
+    """Sum of the 8 lanes by a fixed halving tree (the same order in every caller)."""
+    if v != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _tree_sum(builder, args[0], ())
+
+    return types.float32(v), codegen
+
+
 # ---------------------------------------------------------------- exact f32x16 (no fast-math flags)
 #
 # The grouped kernels (`_grouped.py`) must give each token bit-identical results whether it is
@@ -914,6 +992,28 @@ def vld(typingctx, x, xo):
     return f32x16(x, xo), codegen
 
 
+def _exp16(builder, v):
+    """exp of 16 f32 lanes (see `vexp`)."""
+    def c(val):
+        return ir.Constant(_vf, [val] * LANES)
+
+    fmax = _llvm_fn(builder, "llvm.maxnum.v16f32", _vf, [_vf, _vf])
+    fmin = _llvm_fn(builder, "llvm.minnum.v16f32", _vf, [_vf, _vf])
+    rint = _llvm_fn(builder, "llvm.rint.v16f32", _vf, [_vf])
+    x = builder.call(fmin, [builder.call(fmax, [v, c(-87.3)]), c(88.7)])
+    n = builder.call(rint, [builder.fmul(x, c(1.44269504088896341))])
+    r = _fma(builder, n, c(-0.693359375), x)
+    r = _fma(builder, n, c(2.12194440e-4), r)
+    p = c(1.9875691500e-4)
+    for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
+        p = _fma(builder, p, r, c(coef))
+    y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), c(1.0))
+    ni = builder.fptosi(n, _vi)
+    scale = builder.bitcast(builder.shl(builder.add(ni, ir.Constant(_vi, [127] * LANES)),
+                                        ir.Constant(_vi, [23] * LANES)), _vf)
+    return builder.fmul(y, scale)
+
+
 @intrinsic
 def vexp(typingctx, v):
     """exp of 16 lanes: 2^n * p(r) with r = x - n ln2 and Cephes' degree-6 polynomial (~1 ulp).
@@ -925,24 +1025,7 @@ def vexp(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        def c(val):
-            return ir.Constant(_vf, [val] * LANES)
-
-        fmax = _llvm_fn(builder, "llvm.maxnum.v16f32", _vf, [_vf, _vf])
-        fmin = _llvm_fn(builder, "llvm.minnum.v16f32", _vf, [_vf, _vf])
-        rint = _llvm_fn(builder, "llvm.rint.v16f32", _vf, [_vf])
-        x = builder.call(fmin, [builder.call(fmax, [args[0], c(-87.3)]), c(88.7)])
-        n = builder.call(rint, [builder.fmul(x, c(1.44269504088896341))])
-        r = _fma(builder, n, c(-0.693359375), x)
-        r = _fma(builder, n, c(2.12194440e-4), r)
-        p = c(1.9875691500e-4)
-        for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1):
-            p = _fma(builder, p, r, c(coef))
-        y = builder.fadd(_fma(builder, p, builder.fmul(r, r), r), c(1.0))
-        ni = builder.fptosi(n, _vi)
-        scale = builder.bitcast(builder.shl(builder.add(ni, ir.Constant(_vi, [127] * LANES)),
-                                            ir.Constant(_vi, [23] * LANES)), _vf)
-        return builder.fmul(y, scale)
+        return _exp16(builder, args[0])
 
     return f32x16(v), codegen
 
@@ -969,3 +1052,19 @@ def vsub(typingctx, a, b):
         return builder.fsub(args[0], args[1])
 
     return f32x16(a, b), codegen
+
+
+@intrinsic
+def vsilu_mul(typingctx, g, u):
+    """silu(g) * u = g / (1 + exp(-g)) * u on 16 lanes (divided first: g * u may overflow where
+    the result does not)."""
+    if g != f32x16 or u != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        g, u = args
+        e = _exp16(builder, builder.fsub(ir.Constant(_vf, None), g))
+        den = builder.fadd(e, ir.Constant(_vf, [1.0] * LANES))
+        return builder.fmul(builder.fdiv(g, den), u)
+
+    return f32x16(g, u), codegen

@@ -13,9 +13,13 @@ from numba import njit, prange
 from llamay_backends.cpu.kernels._simd import vadd, vexp, vfma_s, vfma_vx, vhsum, vld, vsilu_mul, vsplat, vst, vsub, vzero
 
 _par = njit(parallel=True, fastmath=True, cache=True)
-# error_model="numpy": IEEE results (inf, nan) rather than a Python ZeroDivisionError, as in the
-# parallel loops (Numba compiles a prange body that way)
-_ser = njit(fastmath=True, cache=True, error_model="numpy")
+# The row kernels of the elementwise ops and their parallel drivers: no fast-math (said
+# explicitly: Numba hands a caller's fast-math to callees that leave it unset), so a row's
+# arithmetic is the order the source says whether the kernel runs on the calling thread or
+# inlined in a parallel loop, and a row's bits do not depend on the pass; error_model="numpy":
+# IEEE results (inf, nan) rather than a Python ZeroDivisionError.
+_ser = njit(fastmath=False, cache=True, error_model="numpy")
+_rows_par = njit(parallel=True, fastmath=False, cache=True, error_model="numpy")
 
 
 # Each elementwise op is a serial kernel over a range of rows (`_*_rows`) and a public function
@@ -50,7 +54,7 @@ def _rms_norm_rows(x, w, has_weight, eps, group, offset, out, t0, t1):
                     orow[i] = xr[i] * inv * (w[i] + offset)
 
 
-@_par
+@_rows_par
 def _rms_norm_par(x, w, has_weight, eps, group, offset, out):
     for t in prange(x.shape[0]):
         _rms_norm_rows(x, w, has_weight, eps, group, offset, out, t, t + 1)
@@ -70,7 +74,7 @@ def _add_rows(a, b, out, t0, t1):
             out[t, i] = a[t, i] + b[t, i]
 
 
-@_par
+@_rows_par
 def _add_par(a, b, out):
     for t in prange(a.shape[0]):
         _add_rows(a, b, out, t, t + 1)
@@ -90,7 +94,7 @@ def _mul_rows(a, b, out, t0, t1):
             out[t, i] = a[t, i] * b[t, i]
 
 
-@_par
+@_rows_par
 def _mul_par(a, b, out):
     for t in prange(a.shape[0]):
         _mul_rows(a, b, out, t, t + 1)
@@ -110,7 +114,7 @@ def _scale_rows(x, factor, out, t0, t1):
             out[t, i] = x[t, i] * factor
 
 
-@_par
+@_rows_par
 def _scale_par(x, factor, out):
     for t in prange(x.shape[0]):
         _scale_rows(x, factor, out, t, t + 1)
@@ -130,7 +134,7 @@ def _add_bias_rows(x, bias, t0, t1):
             x[t, i] += bias[i]
 
 
-@_par
+@_rows_par
 def _add_bias_par(x, bias):
     for t in prange(x.shape[0]):
         _add_bias_rows(x, bias, t, t + 1)
@@ -143,10 +147,9 @@ def add_bias(x, bias):
         _add_bias_par(x, bias)
 
 
-# Not fast-math: the vector exp overflows to inf for gate < -88, which IEEE arithmetic turns into
-# the right 0 (and an overflowing product into inf); under fast-math's no-infs assumption LLVM
-# may fold those lanes into NaN.
-@njit(cache=True, error_model="numpy")
+# (Not fast-math matters here too: the vector exp overflows to inf for gate < -88, which IEEE
+# arithmetic turns into the right 0; under fast-math's no-infs assumption LLVM may make it NaN.)
+@_ser
 def _silu_mul_rows(gate, up, out, t0, t1):
     width = gate.shape[1]
     vec = width // 16 * 16
@@ -159,7 +162,7 @@ def _silu_mul_rows(gate, up, out, t0, t1):
             orow[i] = g / (1.0 + math.exp(-g)) * ur[i]
 
 
-@_par
+@_rows_par
 def _silu_mul_par(gate, up, out):
     for t in prange(gate.shape[0]):
         _silu_mul_rows(gate, up, out, t, t + 1)
@@ -181,7 +184,7 @@ def _gelu_mul_rows(gate, up, out, t0, t1):
             out[t, i] = 0.5 * g * (1.0 + math.tanh(c * (g + 0.044715 * g * g * g))) * up[t, i]
 
 
-@_par
+@_rows_par
 def _gelu_mul_par(gate, up, out):
     for t in prange(gate.shape[0]):
         _gelu_mul_rows(gate, up, out, t, t + 1)
@@ -201,7 +204,7 @@ def _softcap_rows(x, cap, out, t0, t1):
             out[t, i] = cap * math.tanh(x[t, i] / cap)
 
 
-@_par
+@_rows_par
 def _softcap_par(x, cap, out):
     for t in prange(x.shape[0]):
         _softcap_rows(x, cap, out, t, t + 1)
@@ -244,7 +247,7 @@ def _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scal
                 out[t, base + i] = x[t, base + i]
 
 
-@_par
+@_rows_par
 def _rope_par(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
     for t in prange(x.shape[0]):
         _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, t, t + 1)
@@ -269,7 +272,7 @@ def _kv_write_rows(k, v, pages, slots, k_store, v_store, t0, t1):
             v_store[p, s, i] = v[t, i]
 
 
-@_par
+@_rows_par
 def _kv_write_par(k, v, pages, slots, k_store, v_store):
     for t in prange(k.shape[0]):
         _kv_write_rows(k, v, pages, slots, k_store, v_store, t, t + 1)

@@ -28,18 +28,21 @@ import numpy as np
 
 
 def _drop_stale_numba_cache() -> None:
-    """Delete this package's Numba cache files when any kernel source changed.
+    """Delete the cpu backend's Numba cache files when any kernel source changed.
 
     Numba validates a cached function only against its own file's timestamp, but the
-    kernels inline intrinsics from `_simd.py` and helpers from sibling modules, so an
-    edit there would otherwise keep serving stale machine code.
+    kernels inline intrinsics from `_simd.py` and helpers from sibling modules, and the
+    backend's `ops.py` inlines `_simd.py` too, so an edit there would otherwise keep
+    serving stale machine code.
     """
     here = Path(__file__).resolve().parent
-    cache = here / "__pycache__"
+    users = [here.parent / "ops.py"]
     digest = hashlib.sha256()
-    for src in sorted(here.glob("*.py")):
+    for src in sorted(here.glob("*.py")) + users:
         digest.update(src.name.encode())
-        digest.update(src.read_bytes())
+        if src.exists():
+            digest.update(src.read_bytes())
+    cache = here / "__pycache__"
     stamp = cache / "llamay_kernels.srchash"
     try:
         if stamp.read_text() == digest.hexdigest():
@@ -47,7 +50,10 @@ def _drop_stale_numba_cache() -> None:
     except OSError:
         pass
     try:
-        for f in list(cache.glob("*.nbi")) + list(cache.glob("*.nbc")):
+        stale = list(cache.glob("*.nbi")) + list(cache.glob("*.nbc"))
+        for user in users:
+            stale += list((user.parent / "__pycache__").glob(f"{user.stem}.*.nb[ic]"))
+        for f in stale:
             f.unlink(missing_ok=True)
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest.hexdigest())

@@ -407,7 +407,7 @@ def matmul_grouped(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, gro
     """OUT = X @ W.T for a few tokens, each token's row bit-identical for any T.
 
     X: float32[T, cols]; OUT: float32[T, rows]. Each task takes 16 weight rows and walks
-    them once per group of up to `group_max` (1..9) tokens, dequantizing each 32-weight run
+    them once per group of up to `group_max` (1..8) tokens, dequantizing each 32-weight run
     once for the whole group (`_grouped.py`). A token gets the same bits alone, in a batch of
     16, or as one of a speculative draft's rows, which is what batch-invariant serving and
     speculative decoding rest on. Formats `has_grouped` lacks take the per-token fused

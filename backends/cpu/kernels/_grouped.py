@@ -27,11 +27,20 @@ from ._grouped_rows import rows_group
 
 _exact = njit(cache=True, nogil=True)
 
-# Most tokens one pass over a row serves (the generated loops go up to 9). Each token holds two
-# 16-lane accumulators; measured on Q4_1/Q8_0 rows, per token, AVX-512 and AVX2 (haswell
-# codegen) alike: 8 or 9 tokens per pass beat 4 by 15-25%, 12 gain nothing, 16 spill and lose.
-# 9 is also one speculative verification at lookahead 8 (the last token plus 8 drafts).
-GROUP_MAX = 9
+# Most tokens one pass over a row serves: the largest generated loop (`gen_grouped_rows.SIZES`).
+# Each token holds two 16-lane accumulators; measured on Q4_1/Q8_0 rows, per token, AVX-512 and
+# AVX2 (haswell codegen) alike: 8 or 9 tokens per pass beat 4 by 15-25%, 12 gain nothing, 16
+# spill and lose. A speculative verification at lookahead 8 (9 rows) goes as 8 + 1.
+GROUP_MAX = 8
+
+
+@_exact
+def group_size(remaining, group_max):
+    """Tokens in the next pass: the largest generated loop size (8, 4, 2, 1) that fits."""
+    g = 8
+    while g > 1 and (g > remaining or g > group_max):
+        g //= 2
+    return g
 
 
 @_exact
@@ -39,16 +48,14 @@ def grouped_rows(code, w, X, OUT, r0, r1, group_max):
     """OUT[t, r] = w[r] . X[t] for r in [r0, r1) and every token t (serial; callers parallelize).
 
     `code` must be a literal (each format is compiled on its first use, not all thirteen at
-    once); requires `has_grouped(code, cols)`. group_max (1..9) caps the tokens per pass.
-    Tokens go in as few passes over the rows as group_max allows, spread evenly (16 tokens as
-    8 + 8, not 9 + 7); any split gives each token the same bits.
+    once); requires `has_grouped(code, cols)`. group_max (1..8) caps the tokens per pass; passes
+    take 8, 4, 2 or 1 tokens (`group_size`). Any split gives each token the same bits.
     """
     literally(code)
     T = X.shape[0]
-    passes = (T + group_max - 1) // group_max
     t = 0
-    for i in range(passes):
-        g = T // passes + (1 if i < T % passes else 0)
+    while t < T:
+        g = group_size(T - t, group_max)
         rows_group(code, w, X, t, g, OUT, r0, r1)
         t += g
 
@@ -56,15 +63,12 @@ def grouped_rows(code, w, X, OUT, r0, r1, group_max):
 @_exact
 def grouped_q8_rows(code, w, XQ, XA, OUT, r0, r1, group_max):
     """As `grouped_rows` from int8 activations: XQ int8[T, cols] and XA float32[T, XA_ROWS,
-    cols // 16] filled row by row by `quantize_q8`; quantized formats only (`has_grouped_q8`).
-    Passes take 8, 4, 2 or 1 tokens (the generated loop sizes), at most group_max each."""
+    cols // 16] filled row by row by `quantize_q8`; quantized formats only (`has_grouped_q8`)."""
     literally(code)
     T = XQ.shape[0]
     t = 0
     while t < T:
-        g = 8
-        while g > 1 and (g > T - t or g > group_max):
-            g //= 2
+        g = group_size(T - t, group_max)
         qrows_group(code, w, XQ, XA, t, g, OUT, r0, r1)
         t += g
 

@@ -65,36 +65,6 @@ def rows_2(code, w, X, t, OUT, r0, r1):
 
 
 @_exact
-def rows_3(code, w, X, t, OUT, r0, r1):
-    literally(code)
-    x0 = X[t + 0]
-    x1 = X[t + 1]
-    x2 = X[t + 2]
-    n = X.shape[1] // 32
-    for r in range(r0, r1):
-        wr = w[r]
-        _prefetch_row(wr)
-        a0 = vzero()
-        b0 = vzero()
-        a1 = vzero()
-        b1 = vzero()
-        a2 = vzero()
-        b2 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
-            a1 = xfma(a1, v0, x1, e)
-            b1 = xfma(b1, v1, x1, e + 16)
-            a2 = xfma(a2, v0, x2, e)
-            b2 = xfma(b2, v1, x2, e + 16)
-        OUT[t + 0, r] = xhsum(xadd(a0, b0))
-        OUT[t + 1, r] = xhsum(xadd(a1, b1))
-        OUT[t + 2, r] = xhsum(xadd(a2, b2))
-
-
-@_exact
 def rows_4(code, w, X, t, OUT, r0, r1):
     literally(code)
     x0 = X[t + 0]
@@ -128,150 +98,6 @@ def rows_4(code, w, X, t, OUT, r0, r1):
         OUT[t + 1, r] = xhsum(xadd(a1, b1))
         OUT[t + 2, r] = xhsum(xadd(a2, b2))
         OUT[t + 3, r] = xhsum(xadd(a3, b3))
-
-
-@_exact
-def rows_5(code, w, X, t, OUT, r0, r1):
-    literally(code)
-    x0 = X[t + 0]
-    x1 = X[t + 1]
-    x2 = X[t + 2]
-    x3 = X[t + 3]
-    x4 = X[t + 4]
-    n = X.shape[1] // 32
-    for r in range(r0, r1):
-        wr = w[r]
-        _prefetch_row(wr)
-        a0 = vzero()
-        b0 = vzero()
-        a1 = vzero()
-        b1 = vzero()
-        a2 = vzero()
-        b2 = vzero()
-        a3 = vzero()
-        b3 = vzero()
-        a4 = vzero()
-        b4 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
-            a1 = xfma(a1, v0, x1, e)
-            b1 = xfma(b1, v1, x1, e + 16)
-            a2 = xfma(a2, v0, x2, e)
-            b2 = xfma(b2, v1, x2, e + 16)
-            a3 = xfma(a3, v0, x3, e)
-            b3 = xfma(b3, v1, x3, e + 16)
-            a4 = xfma(a4, v0, x4, e)
-            b4 = xfma(b4, v1, x4, e + 16)
-        OUT[t + 0, r] = xhsum(xadd(a0, b0))
-        OUT[t + 1, r] = xhsum(xadd(a1, b1))
-        OUT[t + 2, r] = xhsum(xadd(a2, b2))
-        OUT[t + 3, r] = xhsum(xadd(a3, b3))
-        OUT[t + 4, r] = xhsum(xadd(a4, b4))
-
-
-@_exact
-def rows_6(code, w, X, t, OUT, r0, r1):
-    literally(code)
-    x0 = X[t + 0]
-    x1 = X[t + 1]
-    x2 = X[t + 2]
-    x3 = X[t + 3]
-    x4 = X[t + 4]
-    x5 = X[t + 5]
-    n = X.shape[1] // 32
-    for r in range(r0, r1):
-        wr = w[r]
-        _prefetch_row(wr)
-        a0 = vzero()
-        b0 = vzero()
-        a1 = vzero()
-        b1 = vzero()
-        a2 = vzero()
-        b2 = vzero()
-        a3 = vzero()
-        b3 = vzero()
-        a4 = vzero()
-        b4 = vzero()
-        a5 = vzero()
-        b5 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
-            a1 = xfma(a1, v0, x1, e)
-            b1 = xfma(b1, v1, x1, e + 16)
-            a2 = xfma(a2, v0, x2, e)
-            b2 = xfma(b2, v1, x2, e + 16)
-            a3 = xfma(a3, v0, x3, e)
-            b3 = xfma(b3, v1, x3, e + 16)
-            a4 = xfma(a4, v0, x4, e)
-            b4 = xfma(b4, v1, x4, e + 16)
-            a5 = xfma(a5, v0, x5, e)
-            b5 = xfma(b5, v1, x5, e + 16)
-        OUT[t + 0, r] = xhsum(xadd(a0, b0))
-        OUT[t + 1, r] = xhsum(xadd(a1, b1))
-        OUT[t + 2, r] = xhsum(xadd(a2, b2))
-        OUT[t + 3, r] = xhsum(xadd(a3, b3))
-        OUT[t + 4, r] = xhsum(xadd(a4, b4))
-        OUT[t + 5, r] = xhsum(xadd(a5, b5))
-
-
-@_exact
-def rows_7(code, w, X, t, OUT, r0, r1):
-    literally(code)
-    x0 = X[t + 0]
-    x1 = X[t + 1]
-    x2 = X[t + 2]
-    x3 = X[t + 3]
-    x4 = X[t + 4]
-    x5 = X[t + 5]
-    x6 = X[t + 6]
-    n = X.shape[1] // 32
-    for r in range(r0, r1):
-        wr = w[r]
-        _prefetch_row(wr)
-        a0 = vzero()
-        b0 = vzero()
-        a1 = vzero()
-        b1 = vzero()
-        a2 = vzero()
-        b2 = vzero()
-        a3 = vzero()
-        b3 = vzero()
-        a4 = vzero()
-        b4 = vzero()
-        a5 = vzero()
-        b5 = vzero()
-        a6 = vzero()
-        b6 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
-            a1 = xfma(a1, v0, x1, e)
-            b1 = xfma(b1, v1, x1, e + 16)
-            a2 = xfma(a2, v0, x2, e)
-            b2 = xfma(b2, v1, x2, e + 16)
-            a3 = xfma(a3, v0, x3, e)
-            b3 = xfma(b3, v1, x3, e + 16)
-            a4 = xfma(a4, v0, x4, e)
-            b4 = xfma(b4, v1, x4, e + 16)
-            a5 = xfma(a5, v0, x5, e)
-            b5 = xfma(b5, v1, x5, e + 16)
-            a6 = xfma(a6, v0, x6, e)
-            b6 = xfma(b6, v1, x6, e + 16)
-        OUT[t + 0, r] = xhsum(xadd(a0, b0))
-        OUT[t + 1, r] = xhsum(xadd(a1, b1))
-        OUT[t + 2, r] = xhsum(xadd(a2, b2))
-        OUT[t + 3, r] = xhsum(xadd(a3, b3))
-        OUT[t + 4, r] = xhsum(xadd(a4, b4))
-        OUT[t + 5, r] = xhsum(xadd(a5, b5))
-        OUT[t + 6, r] = xhsum(xadd(a6, b6))
 
 
 @_exact
@@ -335,90 +161,16 @@ def rows_8(code, w, X, t, OUT, r0, r1):
 
 
 @_exact
-def rows_9(code, w, X, t, OUT, r0, r1):
-    literally(code)
-    x0 = X[t + 0]
-    x1 = X[t + 1]
-    x2 = X[t + 2]
-    x3 = X[t + 3]
-    x4 = X[t + 4]
-    x5 = X[t + 5]
-    x6 = X[t + 6]
-    x7 = X[t + 7]
-    x8 = X[t + 8]
-    n = X.shape[1] // 32
-    for r in range(r0, r1):
-        wr = w[r]
-        _prefetch_row(wr)
-        a0 = vzero()
-        b0 = vzero()
-        a1 = vzero()
-        b1 = vzero()
-        a2 = vzero()
-        b2 = vzero()
-        a3 = vzero()
-        b3 = vzero()
-        a4 = vzero()
-        b4 = vzero()
-        a5 = vzero()
-        b5 = vzero()
-        a6 = vzero()
-        b6 = vzero()
-        a7 = vzero()
-        b7 = vzero()
-        a8 = vzero()
-        b8 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
-            a1 = xfma(a1, v0, x1, e)
-            b1 = xfma(b1, v1, x1, e + 16)
-            a2 = xfma(a2, v0, x2, e)
-            b2 = xfma(b2, v1, x2, e + 16)
-            a3 = xfma(a3, v0, x3, e)
-            b3 = xfma(b3, v1, x3, e + 16)
-            a4 = xfma(a4, v0, x4, e)
-            b4 = xfma(b4, v1, x4, e + 16)
-            a5 = xfma(a5, v0, x5, e)
-            b5 = xfma(b5, v1, x5, e + 16)
-            a6 = xfma(a6, v0, x6, e)
-            b6 = xfma(b6, v1, x6, e + 16)
-            a7 = xfma(a7, v0, x7, e)
-            b7 = xfma(b7, v1, x7, e + 16)
-            a8 = xfma(a8, v0, x8, e)
-            b8 = xfma(b8, v1, x8, e + 16)
-        OUT[t + 0, r] = xhsum(xadd(a0, b0))
-        OUT[t + 1, r] = xhsum(xadd(a1, b1))
-        OUT[t + 2, r] = xhsum(xadd(a2, b2))
-        OUT[t + 3, r] = xhsum(xadd(a3, b3))
-        OUT[t + 4, r] = xhsum(xadd(a4, b4))
-        OUT[t + 5, r] = xhsum(xadd(a5, b5))
-        OUT[t + 6, r] = xhsum(xadd(a6, b6))
-        OUT[t + 7, r] = xhsum(xadd(a7, b7))
-        OUT[t + 8, r] = xhsum(xadd(a8, b8))
-
-
-@_exact
 def rows_group(code, w, X, t, g, OUT, r0, r1):
-    """rows_g for a group size g known only at run time (1 <= g <= 9)."""
+    """rows_g for a group size g in (1, 2, 4, 8) known only at run time."""
     literally(code)
     if g == 1:
         rows_1(code, w, X, t, OUT, r0, r1)
     elif g == 2:
         rows_2(code, w, X, t, OUT, r0, r1)
-    elif g == 3:
-        rows_3(code, w, X, t, OUT, r0, r1)
     elif g == 4:
         rows_4(code, w, X, t, OUT, r0, r1)
-    elif g == 5:
-        rows_5(code, w, X, t, OUT, r0, r1)
-    elif g == 6:
-        rows_6(code, w, X, t, OUT, r0, r1)
-    elif g == 7:
-        rows_7(code, w, X, t, OUT, r0, r1)
     elif g == 8:
         rows_8(code, w, X, t, OUT, r0, r1)
-    elif g == 9:
-        rows_9(code, w, X, t, OUT, r0, r1)
+    else:
+        raise ValueError("no loop for this group size")

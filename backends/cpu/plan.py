@@ -263,11 +263,11 @@ class CpuPlan:
                        int8: bool) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
         """The kernel for a sequence's few rows (decode, draft verification): f(w, X, OUT).
 
-        The grouped kernels (`kernels/_grouped.py`) unpack each weight run once for up to nine
+        The grouped kernels (`kernels/_grouped.py`) unpack each weight run once for up to eight
         rows and give a row the same bits alone or beside others. int8 (where `uses_q8`: AVX2 or
         VNNI dots): each row of X is quantized on its own to int8 per 32, integer dots; else float.
         """
-        return kernels.grouped_kernel(code, rows, cols, int8=int8 and kernels.uses_q8(code))
+        return kernels.grouped_kernel(code, rows, cols, int8=int8)
 
     def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
         count = self._count

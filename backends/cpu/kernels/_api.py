@@ -441,8 +441,8 @@ def matmul_q8(code, w, X, OUT):
 
     X: float32[T, cols]; OUT: float32[T, rows]; quantized formats only. Each task keeps
     16 weight rows hot in cache and sweeps all T tokens over them. Measured slower than
-    `matmul`'s dequantized tiles + BLAS at T=256; it is the cpu plan's int8 decode kernel (a
-    token's row gets the same bits for any T) and `matmul`'s below SMALL_T.
+    `matmul`'s dequantized tiles + BLAS at T=256; it is `matmul`'s kernel below SMALL_T (the
+    cpu plan decodes with the grouped int8 kernel, `matmul_grouped(int8=True)`, instead).
     """
     _check(code, w, X.shape[1])
     if _is_float(code):

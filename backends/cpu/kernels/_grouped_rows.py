@@ -27,16 +27,58 @@ def rows_1(code, w, X, t, OUT, r0, r1):
     literally(code)
     x0 = X[t + 0]
     n = X.shape[1] // 32
+    nu = n // 8 * 8
     for r in range(r0, r1):
         wr = w[r]
         _prefetch_row(wr)
         a0 = vzero()
         b0 = vzero()
-        for k in range(n):
-            v0, v1 = run(code, wr, k)
-            e = k * 32
-            a0 = xfma(a0, v0, x0, e)
-            b0 = xfma(b0, v1, x0, e + 16)
+        if code >= 10 and code <= 14:
+            for ub in range(nu // 8):
+                b = ub * 8
+                v0, v1 = run(code, wr, b + 0)
+                e = (b + 0) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 1)
+                e = (b + 1) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 2)
+                e = (b + 2) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 3)
+                e = (b + 3) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 4)
+                e = (b + 4) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 5)
+                e = (b + 5) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 6)
+                e = (b + 6) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+                v0, v1 = run(code, wr, b + 7)
+                e = (b + 7) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+            for k in range(nu, n):
+                v0, v1 = run(code, wr, k)
+                e = (k) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
+        else:
+            for k in range(n):
+                v0, v1 = run(code, wr, k)
+                e = (k) * 32
+                a0 = xfma(a0, v0, x0, e)
+                b0 = xfma(b0, v1, x0, e + 16)
         OUT[t + 0, r] = xhsum(xadd(a0, b0))
 
 
@@ -46,6 +88,7 @@ def rows_2(code, w, X, t, OUT, r0, r1):
     x0 = X[t + 0]
     x1 = X[t + 1]
     n = X.shape[1] // 32
+    nu = n // 8 * 8
     for r in range(r0, r1):
         wr = w[r]
         _prefetch_row(wr)
@@ -55,7 +98,7 @@ def rows_2(code, w, X, t, OUT, r0, r1):
         b1 = vzero()
         for k in range(n):
             v0, v1 = run(code, wr, k)
-            e = k * 32
+            e = (k) * 32
             a0 = xfma(a0, v0, x0, e)
             b0 = xfma(b0, v1, x0, e + 16)
             a1 = xfma(a1, v0, x1, e)
@@ -72,6 +115,7 @@ def rows_4(code, w, X, t, OUT, r0, r1):
     x2 = X[t + 2]
     x3 = X[t + 3]
     n = X.shape[1] // 32
+    nu = n // 8 * 8
     for r in range(r0, r1):
         wr = w[r]
         _prefetch_row(wr)
@@ -85,7 +129,7 @@ def rows_4(code, w, X, t, OUT, r0, r1):
         b3 = vzero()
         for k in range(n):
             v0, v1 = run(code, wr, k)
-            e = k * 32
+            e = (k) * 32
             a0 = xfma(a0, v0, x0, e)
             b0 = xfma(b0, v1, x0, e + 16)
             a1 = xfma(a1, v0, x1, e)
@@ -112,6 +156,7 @@ def rows_8(code, w, X, t, OUT, r0, r1):
     x6 = X[t + 6]
     x7 = X[t + 7]
     n = X.shape[1] // 32
+    nu = n // 8 * 8
     for r in range(r0, r1):
         wr = w[r]
         _prefetch_row(wr)
@@ -133,7 +178,7 @@ def rows_8(code, w, X, t, OUT, r0, r1):
         b7 = vzero()
         for k in range(n):
             v0, v1 = run(code, wr, k)
-            e = k * 32
+            e = (k) * 32
             a0 = xfma(a0, v0, x0, e)
             b0 = xfma(b0, v1, x0, e + 16)
             a1 = xfma(a1, v0, x1, e)

@@ -20,10 +20,12 @@ With int8 activations (`grouped_q8_rows`) the same holds: a run is unpacked once
 from __future__ import annotations
 
 from numba import literally, njit
+from numba.core import errors, types
+from numba.extending import overload
 
 from . import formats as F
-from ._grouped_q8_rows import qrows_group
-from ._grouped_rows import rows_group
+from ._grouped_q8_rows import qrows_group, qrows_group_k
+from ._grouped_rows import rows_group, rows_group_k
 
 _exact = njit(cache=True, nogil=True)
 
@@ -43,6 +45,42 @@ def group_size(remaining, group_max):
     return g
 
 
+def _loops(code, w, X, t, g, OUT, r0, r1):
+    """The float loop for format `code` (a literal); compiled by `_loops_for`, never from Python."""
+    raise NotImplementedError
+
+
+def _qloops(code, w, XQ, XA, t, g, OUT, r0, r1):
+    """The int8 loop for format `code` (a literal); compiled by `_qloops_for`."""
+    raise NotImplementedError
+
+
+def _is_kquant(code) -> bool:
+    # K-quant loops are written out per super-block (gen_grouped_rows.UNROLL); choosing here, by the
+    # literal, compiles only the variant a format uses (an `if` on code would compile both)
+    if not isinstance(code, types.IntegerLiteral):
+        raise errors.TypingError("the weight format code must be a literal")
+    return F.Q2_K <= code.literal_value <= F.Q6_K
+
+
+@overload(_loops, jit_options={"nogil": True})
+def _loops_for(code, w, X, t, g, OUT, r0, r1):
+    loop = rows_group_k if _is_kquant(code) else rows_group
+
+    def impl(code, w, X, t, g, OUT, r0, r1):
+        loop(code, w, X, t, g, OUT, r0, r1)
+    return impl
+
+
+@overload(_qloops, jit_options={"nogil": True})
+def _qloops_for(code, w, XQ, XA, t, g, OUT, r0, r1):
+    loop = qrows_group_k if _is_kquant(code) else qrows_group
+
+    def impl(code, w, XQ, XA, t, g, OUT, r0, r1):
+        loop(code, w, XQ, XA, t, g, OUT, r0, r1)
+    return impl
+
+
 @_exact
 def grouped_rows(code, w, X, OUT, r0, r1, group_max):
     """OUT[t, r] = w[r] . X[t] for r in [r0, r1) and every token t (serial; callers parallelize).
@@ -56,7 +94,7 @@ def grouped_rows(code, w, X, OUT, r0, r1, group_max):
     t = 0
     while t < T:
         g = group_size(T - t, group_max)
-        rows_group(code, w, X, t, g, OUT, r0, r1)
+        _loops(code, w, X, t, g, OUT, r0, r1)
         t += g
 
 
@@ -69,7 +107,7 @@ def grouped_q8_rows(code, w, XQ, XA, OUT, r0, r1, group_max):
     t = 0
     while t < T:
         g = group_size(T - t, group_max)
-        qrows_group(code, w, XQ, XA, t, g, OUT, r0, r1)
+        _qloops(code, w, XQ, XA, t, g, OUT, r0, r1)
         t += g
 
 

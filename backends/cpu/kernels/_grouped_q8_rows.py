@@ -3,10 +3,9 @@
 qrows_G(code, w, XQ, XA, t, OUT, r0, r1) sets OUT[t + i, r] = w[r] . x[t + i] for the G tokens
 t..t+G-1 and rows r0..r1-1, from int8 activations (XQ, XA rows from `quantize_q8`): each
 32-quant run is unpacked once (`qrun`) and every token adds its integer dot and offsets into its
-own accumulator and tail (`qstep`), then out = hsum(acc) + tail. The run loop is written out
-8 runs at a time (`UNROLL` in the generator), so a K-quant run's place in its super-block is a
-compile-time constant. The per-token sequence of
-operations is the same in every qrows_G, so a token's result does not depend on its group.
+own accumulator and tail (`qstep`), then out = hsum(acc) + tail. qrows_kG is the same loop
+written out 8 runs at a time (`UNROLL` in the generator). The per-token sequence of operations
+is the same in every loop, so a token's result does not depend on its group.
 """
 from __future__ import annotations
 
@@ -21,7 +20,7 @@ _exact = njit(cache=True, nogil=True)
 
 
 @_exact
-def qrows_1(code, w, XQ, XA, t, OUT, r0, r1):
+def qrows_k1(code, w, XQ, XA, t, OUT, r0, r1):
     literally(code)
     xq0 = XQ[t + 0]
     xa0 = XA[t + 0]
@@ -123,42 +122,10 @@ def qrows_2(code, w, XQ, XA, t, OUT, r0, r1):
         c0_0 = np.float32(0.0)
         a0_1 = vz8()
         c0_1 = np.float32(0.0)
-        if code >= 10 and code <= 14:
-            for ub in range(nu // 8):
-                b = ub * 8
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 0)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 0)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 0)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 1)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 1)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 1)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 2)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 2)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 2)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 3)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 3)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 3)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 4)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 4)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 4)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 5)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 5)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 5)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 6)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 6)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 6)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 7)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 7)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 7)
-            for k in range(nu, n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
-        else:
-            for k in range(n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
+        for k in range(n):
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
         OUT[t + 0, r + 0] = qhsum(a0_0) + c0_0
         OUT[t + 1, r + 0] = qhsum(a0_1) + c0_1
 
@@ -187,62 +154,12 @@ def qrows_4(code, w, XQ, XA, t, OUT, r0, r1):
         c0_2 = np.float32(0.0)
         a0_3 = vz8()
         c0_3 = np.float32(0.0)
-        if code >= 10 and code <= 14:
-            for ub in range(nu // 8):
-                b = ub * 8
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 0)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 0)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 0)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 0)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 0)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 1)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 1)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 1)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 1)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 1)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 2)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 2)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 2)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 2)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 2)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 3)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 3)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 3)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 3)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 3)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 4)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 4)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 4)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 4)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 4)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 5)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 5)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 5)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 5)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 5)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 6)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 6)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 6)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 6)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 6)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 7)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 7)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 7)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 7)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 7)
-            for k in range(nu, n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
-        else:
-            for k in range(n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
+        for k in range(n):
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
+            a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
+            a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
         OUT[t + 0, r + 0] = qhsum(a0_0) + c0_0
         OUT[t + 1, r + 0] = qhsum(a0_1) + c0_1
         OUT[t + 2, r + 0] = qhsum(a0_2) + c0_2
@@ -289,102 +206,16 @@ def qrows_8(code, w, XQ, XA, t, OUT, r0, r1):
         c0_6 = np.float32(0.0)
         a0_7 = vz8()
         c0_7 = np.float32(0.0)
-        if code >= 10 and code <= 14:
-            for ub in range(nu // 8):
-                b = ub * 8
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 0)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 0)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 0)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 0)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 0)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 0)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 0)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 0)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 0)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 1)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 1)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 1)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 1)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 1)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 1)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 1)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 1)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 1)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 2)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 2)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 2)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 2)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 2)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 2)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 2)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 2)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 2)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 3)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 3)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 3)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 3)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 3)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 3)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 3)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 3)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 3)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 4)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 4)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 4)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 4)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 4)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 4)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 4)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 4)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 4)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 5)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 5)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 5)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 5)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 5)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 5)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 5)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 5)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 5)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 6)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 6)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 6)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 6)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 6)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 6)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 6)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 6)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 6)
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 7)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 7)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 7)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, b + 7)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, b + 7)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, b + 7)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, b + 7)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, b + 7)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, b + 7)
-            for k in range(nu, n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, k)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, k)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, k)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, k)
-        else:
-            for k in range(n):
-                q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
-                a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
-                a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
-                a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
-                a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
-                a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, k)
-                a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, k)
-                a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, k)
-                a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, k)
+        for k in range(n):
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
+            a0_2, c0_2 = qstep(code, a0_2, c0_2, q0, u0, s00, s10, m00, m10, xq2, xa2, k)
+            a0_3, c0_3 = qstep(code, a0_3, c0_3, q0, u0, s00, s10, m00, m10, xq3, xa3, k)
+            a0_4, c0_4 = qstep(code, a0_4, c0_4, q0, u0, s00, s10, m00, m10, xq4, xa4, k)
+            a0_5, c0_5 = qstep(code, a0_5, c0_5, q0, u0, s00, s10, m00, m10, xq5, xa5, k)
+            a0_6, c0_6 = qstep(code, a0_6, c0_6, q0, u0, s00, s10, m00, m10, xq6, xa6, k)
+            a0_7, c0_7 = qstep(code, a0_7, c0_7, q0, u0, s00, s10, m00, m10, xq7, xa7, k)
         OUT[t + 0, r + 0] = qhsum(a0_0) + c0_0
         OUT[t + 1, r + 0] = qhsum(a0_1) + c0_1
         OUT[t + 2, r + 0] = qhsum(a0_2) + c0_2
@@ -396,11 +227,61 @@ def qrows_8(code, w, XQ, XA, t, OUT, r0, r1):
 
 
 @_exact
+def qrows_k2(code, w, XQ, XA, t, OUT, r0, r1):
+    literally(code)
+    xq0 = XQ[t + 0]
+    xa0 = XA[t + 0]
+    xq1 = XQ[t + 1]
+    xa1 = XA[t + 1]
+    n = XQ.shape[1] // 32
+    nu = n // 8 * 8
+    for r in range(r0, r1):
+        w0 = w[r + 0]
+        _prefetch_row(w0)
+        a0_0 = vz8()
+        c0_0 = np.float32(0.0)
+        a0_1 = vz8()
+        c0_1 = np.float32(0.0)
+        for ub in range(nu // 8):
+            b = ub * 8
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 0)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 0)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 0)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 1)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 1)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 1)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 2)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 2)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 2)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 3)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 3)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 3)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 4)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 4)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 4)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 5)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 5)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 5)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 6)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 6)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 6)
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, b + 7)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, b + 7)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, b + 7)
+        for k in range(nu, n):
+            q0, u0, s00, s10, m00, m10 = qrun(code, w0, k)
+            a0_0, c0_0 = qstep(code, a0_0, c0_0, q0, u0, s00, s10, m00, m10, xq0, xa0, k)
+            a0_1, c0_1 = qstep(code, a0_1, c0_1, q0, u0, s00, s10, m00, m10, xq1, xa1, k)
+        OUT[t + 0, r + 0] = qhsum(a0_0) + c0_0
+        OUT[t + 1, r + 0] = qhsum(a0_1) + c0_1
+
+
+@_exact
 def qrows_group(code, w, XQ, XA, t, g, OUT, r0, r1):
-    """qrows_g for a group size g in (1, 2, 4, 8) known only at run time."""
+    """The loop for a group size g in (1, 2, 4, 8) known only at run time."""
     literally(code)
     if g == 1:
-        qrows_1(code, w, XQ, XA, t, OUT, r0, r1)
+        qrows_k1(code, w, XQ, XA, t, OUT, r0, r1)
     elif g == 2:
         qrows_2(code, w, XQ, XA, t, OUT, r0, r1)
     elif g == 4:
@@ -408,4 +289,20 @@ def qrows_group(code, w, XQ, XA, t, g, OUT, r0, r1):
     elif g == 8:
         qrows_8(code, w, XQ, XA, t, OUT, r0, r1)
     else:
-        raise ValueError("no int8 loop for this group size")
+        raise ValueError("no loop for this group size")
+
+
+@_exact
+def qrows_group_k(code, w, XQ, XA, t, g, OUT, r0, r1):
+    """The loop for a group size g in (1, 2, 4, 8) known only at run time."""
+    literally(code)
+    if g == 1:
+        qrows_k1(code, w, XQ, XA, t, OUT, r0, r1)
+    elif g == 2:
+        qrows_k2(code, w, XQ, XA, t, OUT, r0, r1)
+    elif g == 4:
+        qrows_4(code, w, XQ, XA, t, OUT, r0, r1)
+    elif g == 8:
+        qrows_8(code, w, XQ, XA, t, OUT, r0, r1)
+    else:
+        raise ValueError("no loop for this group size")

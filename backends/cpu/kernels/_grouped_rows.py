@@ -2,9 +2,10 @@
 
 rows_G(code, w, X, t, OUT, r0, r1) sets OUT[t + i, r] = w[r] . X[t + i] for the G tokens
 t..t+G-1 and rows r0..r1-1: each 32-weight run is dequantized once (`run`) and every token
-accumulates fma(run, x) into its own pair of accumulators, then out = hsum(a + b). The
-per-token sequence of operations is the same in every rows_G, which is what makes a token's
-result independent of the group it is computed in.
+accumulates fma(run, x) into its own pair of accumulators, then out = hsum(a + b). rows_kG is
+the same loop written out 8 runs at a time (`UNROLL` in the generator). The per-token sequence
+of operations is the same in every loop, which is what makes a token's result independent of
+the group it is computed in.
 """
 from __future__ import annotations
 
@@ -33,52 +34,11 @@ def rows_1(code, w, X, t, OUT, r0, r1):
         _prefetch_row(wr)
         a0 = vzero()
         b0 = vzero()
-        if code >= 10 and code <= 14:
-            for ub in range(nu // 8):
-                b = ub * 8
-                v0, v1 = run(code, wr, b + 0)
-                e = (b + 0) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 1)
-                e = (b + 1) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 2)
-                e = (b + 2) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 3)
-                e = (b + 3) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 4)
-                e = (b + 4) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 5)
-                e = (b + 5) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 6)
-                e = (b + 6) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-                v0, v1 = run(code, wr, b + 7)
-                e = (b + 7) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-            for k in range(nu, n):
-                v0, v1 = run(code, wr, k)
-                e = (k) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
-        else:
-            for k in range(n):
-                v0, v1 = run(code, wr, k)
-                e = (k) * 32
-                a0 = xfma(a0, v0, x0, e)
-                b0 = xfma(b0, v1, x0, e + 16)
+        for k in range(n):
+            v0, v1 = run(code, wr, k)
+            e = (k) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
         OUT[t + 0, r] = xhsum(xadd(a0, b0))
 
 
@@ -206,11 +166,80 @@ def rows_8(code, w, X, t, OUT, r0, r1):
 
 
 @_exact
+def rows_k1(code, w, X, t, OUT, r0, r1):
+    literally(code)
+    x0 = X[t + 0]
+    n = X.shape[1] // 32
+    nu = n // 8 * 8
+    for r in range(r0, r1):
+        wr = w[r]
+        _prefetch_row(wr)
+        a0 = vzero()
+        b0 = vzero()
+        for ub in range(nu // 8):
+            b = ub * 8
+            v0, v1 = run(code, wr, b + 0)
+            e = (b + 0) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 1)
+            e = (b + 1) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 2)
+            e = (b + 2) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 3)
+            e = (b + 3) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 4)
+            e = (b + 4) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 5)
+            e = (b + 5) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 6)
+            e = (b + 6) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+            v0, v1 = run(code, wr, b + 7)
+            e = (b + 7) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+        for k in range(nu, n):
+            v0, v1 = run(code, wr, k)
+            e = (k) * 32
+            a0 = xfma(a0, v0, x0, e)
+            b0 = xfma(b0, v1, x0, e + 16)
+        OUT[t + 0, r] = xhsum(xadd(a0, b0))
+
+
+@_exact
 def rows_group(code, w, X, t, g, OUT, r0, r1):
-    """rows_g for a group size g in (1, 2, 4, 8) known only at run time."""
+    """The loop for a group size g in (1, 2, 4, 8) known only at run time."""
     literally(code)
     if g == 1:
         rows_1(code, w, X, t, OUT, r0, r1)
+    elif g == 2:
+        rows_2(code, w, X, t, OUT, r0, r1)
+    elif g == 4:
+        rows_4(code, w, X, t, OUT, r0, r1)
+    elif g == 8:
+        rows_8(code, w, X, t, OUT, r0, r1)
+    else:
+        raise ValueError("no loop for this group size")
+
+
+@_exact
+def rows_group_k(code, w, X, t, g, OUT, r0, r1):
+    """The loop for a group size g in (1, 2, 4, 8) known only at run time."""
+    literally(code)
+    if g == 1:
+        rows_k1(code, w, X, t, OUT, r0, r1)
     elif g == 2:
         rows_2(code, w, X, t, OUT, r0, r1)
     elif g == 4:

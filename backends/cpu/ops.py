@@ -10,7 +10,20 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from llamay_backends.cpu.kernels._simd import vadd, vexp, vfma_s, vfma_vx, vhsum, vld, vsilu_mul, vsplat, vst, vsub, vzero
+from llamay_backends.cpu.kernels._simd import (
+    vadd,
+    vexp,
+    vfma_s,
+    vfma_vx,
+    vgelu_mul,
+    vhsum,
+    vld,
+    vsilu_mul,
+    vsplat,
+    vst,
+    vsub,
+    vzero,
+)
 
 _par = njit(parallel=True, fastmath=True, cache=True)
 # The row kernels of the elementwise ops and their parallel drivers: no fast-math (said
@@ -33,25 +46,30 @@ SERIAL_ROWS = 16
 
 @_ser
 def _rms_norm_rows(x, w, has_weight, eps, group, offset, out, t0, t1):
+    # Per group: 16 running float32 sums of squares, one float64 total, float32 scaling. Each group
+    # goes through slices starting at 0: loops over x[t, base + i] did not vectorise (a scalar
+    # float64 sum and those loops cost ~3 ns per element, now ~0.3).
     width = x.shape[1]
+    wo = np.float32(offset)
     g = group if group > 0 else width
+    vec = g // 16 * 16
     for t in range(t0, t1):
-        xr, orow = x[t], out[t]
         for base in range(0, width - g + 1, g):
-            ss = 0.0
-            for i in range(base, base + g):
-                v = xr[i]
-                ss += v * v
-            inv = 1.0 / math.sqrt(ss / g + eps)
-            if not has_weight:
-                for i in range(base, base + g):
-                    orow[i] = xr[i] * inv
-            elif group > 0:  # one weight per position in the group (per-head norms)
+            xs = x[t, base:base + g]
+            os_ = out[t, base:base + g]
+            acc = vzero()
+            for i in range(0, vec, 16):
+                acc = vfma_vx(acc, vld(xs, i), xs, i)
+            ss = np.float64(vhsum(acc))
+            for i in range(vec, g):
+                ss += xs[i] * xs[i]
+            inv = np.float32(1.0 / math.sqrt(ss / g + eps))
+            if has_weight:  # w has g entries: the row's (group 0) or each head's (per-head norms)
                 for i in range(g):
-                    orow[base + i] = xr[base + i] * inv * (w[i] + offset)
+                    os_[i] = xs[i] * inv * (w[i] + wo)
             else:
-                for i in range(base, base + g):
-                    orow[i] = xr[i] * inv * (w[i] + offset)
+                for i in range(g):
+                    os_[i] = xs[i] * inv
 
 
 @_rows_par
@@ -177,11 +195,19 @@ def silu_mul(gate, up, out):
 
 @_ser
 def _gelu_mul_rows(gate, up, out, t0, t1):
-    c = math.sqrt(2.0 / math.pi)
+    # tanh-form gelu as g / (1 + exp(-2z)), 16 lanes at a time (`vgelu_mul`): the scalar float64
+    # tanh cost ~15 ns per element, a quarter of gemma3's prefill outside the matmuls
+    width = gate.shape[1]
+    vec = width // 16 * 16
+    k0 = np.float32(-2.0 * math.sqrt(2.0 / math.pi))
+    k1 = np.float32(0.044715) * k0
     for t in range(t0, t1):
-        for i in range(gate.shape[1]):
-            g = gate[t, i]
-            out[t, i] = 0.5 * g * (1.0 + math.tanh(c * (g + 0.044715 * g * g * g))) * up[t, i]
+        gr, ur, orow = gate[t], up[t], out[t]
+        for i in range(0, vec, 16):
+            vst(orow, i, vgelu_mul(vld(gr, i), vld(ur, i)))
+        for i in range(vec, width):
+            g = gr[i]
+            orow[i] = g / (np.float32(1.0) + np.exp(g * (k0 + k1 * g * g))) * ur[i]
 
 
 @_rows_par

@@ -18,6 +18,8 @@ points in `_api` validate shapes once per call.
 
 from __future__ import annotations
 
+import math
+
 import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
@@ -1052,6 +1054,28 @@ def vsub(typingctx, a, b):
         return builder.fsub(args[0], args[1])
 
     return f32x16(a, b), codegen
+
+
+@intrinsic
+def vgelu_mul(typingctx, g, u):
+    """gelu(g) * u on 16 lanes, gelu by its tanh form: 0.5 g (1 + tanh(z)) = g / (1 + exp(-2z)),
+    z = sqrt(2/pi) (g + 0.044715 g^3), so it costs one vector exp as silu does."""
+    if g != f32x16 or u != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        g, u = args
+
+        def c(val):
+            return ir.Constant(_vf, [val] * LANES)
+        # -2z = g * (k0 + k1 g^2), k0 = -2 sqrt(2/pi), k1 = 0.044715 k0
+        k0 = -2.0 * math.sqrt(2.0 / math.pi)
+        inner = _fma(builder, builder.fmul(g, g), c(0.044715 * k0), c(k0))
+        e = _exp16(builder, builder.fmul(g, inner))
+        den = builder.fadd(e, c(1.0))
+        return builder.fmul(builder.fdiv(g, den), u)
+
+    return f32x16(g, u), codegen
 
 
 @intrinsic

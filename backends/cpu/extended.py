@@ -30,12 +30,14 @@ def _rope_table(plan: Any, node: G.RopeTable) -> Callable[[Any], None]:
     x = plan._value(node.x)
     out = plan._buffer(node.out, x.shape[1])
     freqs = np.array(node.freqs, np.float64)
-    args = (node.n_heads, node.head_dim, node.n_rot, node.mode == "neox", freqs, 1.0)
+    args = (node.n_heads, node.head_dim, node.n_rot, node.mode == "neox")
+    angles = plan.rope_angles(freqs, 1.0)
     mscale = np.float32(node.mscale)
 
     def rope_table(p: Any) -> None:
         n = count(p)
-        ops.rope(x[:n], p.positions, *args, out[:n])
+        cos, sin = angles(p)
+        ops.rope_rotate(x[:n], cos, sin, *args, out[:n])
         if mscale != 1.0:
             out[:n].reshape(n, node.n_heads, node.head_dim)[:, :, :node.n_rot] *= mscale
     return rope_table

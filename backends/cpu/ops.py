@@ -88,8 +88,9 @@ def rms_norm(x, w, has_weight, eps, group, offset, out):
 @_ser
 def _add_rows(a, b, out, t0, t1):
     for t in range(t0, t1):
-        for i in range(a.shape[1]):
-            out[t, i] = a[t, i] + b[t, i]
+        ar, br, orow = a[t], b[t], out[t]  # rows: loops over [t, i] did not vectorise
+        for i in range(ar.shape[0]):
+            orow[i] = ar[i] + br[i]
 
 
 @_rows_par
@@ -108,8 +109,9 @@ def add(a, b, out):
 @_ser
 def _mul_rows(a, b, out, t0, t1):
     for t in range(t0, t1):
-        for i in range(a.shape[1]):
-            out[t, i] = a[t, i] * b[t, i]
+        ar, br, orow = a[t], b[t], out[t]
+        for i in range(ar.shape[0]):
+            orow[i] = ar[i] * br[i]
 
 
 @_rows_par
@@ -128,8 +130,9 @@ def mul(a, b, out):
 @_ser
 def _scale_rows(x, factor, out, t0, t1):
     for t in range(t0, t1):
-        for i in range(x.shape[1]):
-            out[t, i] = x[t, i] * factor
+        xr, orow = x[t], out[t]
+        for i in range(xr.shape[0]):
+            orow[i] = xr[i] * factor
 
 
 @_rows_par
@@ -148,8 +151,9 @@ def scale(x, factor, out):
 @_ser
 def _add_bias_rows(x, bias, t0, t1):
     for t in range(t0, t1):
-        for i in range(x.shape[1]):
-            x[t, i] += bias[i]
+        xr = x[t]
+        for i in range(xr.shape[0]):
+            xr[i] += bias[i]
 
 
 @_rows_par
@@ -226,8 +230,9 @@ def gelu_mul(gate, up, out):
 @_ser
 def _softcap_rows(x, cap, out, t0, t1):
     for t in range(t0, t1):
-        for i in range(x.shape[1]):
-            out[t, i] = cap * math.tanh(x[t, i] / cap)
+        xr, orow = x[t], out[t]
+        for i in range(xr.shape[0]):
+            orow[i] = cap * math.tanh(xr[i] / cap)
 
 
 @_rows_par
@@ -244,47 +249,78 @@ def softcap(x, cap, out):
 
 
 @_ser
-def _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, t0, t1):
-    half = n_rot // 2
-    cos = np.empty(half)
-    sin = np.empty(half)
+def _rope_angle_rows(positions, inv_freq, freq_scale, cos, sin, t0, t1):
     for t in range(t0, t1):
         pos = positions[t] * freq_scale
-        for i in range(half):  # the angles are the same for every head
+        for i in range(inv_freq.shape[0]):
             theta = pos * inv_freq[i]
-            cos[i] = math.cos(theta)
-            sin[i] = math.sin(theta)
-        for h in range(n_heads):
-            base = h * head_dim
-            for i in range(half):
-                c = cos[i]
-                s = sin[i]
-                if neox:
-                    a = x[t, base + i]
-                    b = x[t, base + i + half]
-                    out[t, base + i] = a * c - b * s
-                    out[t, base + i + half] = a * s + b * c
-                else:
-                    a = x[t, base + 2 * i]
-                    b = x[t, base + 2 * i + 1]
-                    out[t, base + 2 * i] = a * c - b * s
-                    out[t, base + 2 * i + 1] = a * s + b * c
-            for i in range(n_rot, head_dim):
-                out[t, base + i] = x[t, base + i]
+            cos[t, i] = math.cos(theta)
+            sin[t, i] = math.sin(theta)
 
 
 @_rows_par
-def _rope_par(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
+def _rope_angle_par(positions, inv_freq, freq_scale, cos, sin):
+    for t in prange(positions.shape[0]):
+        _rope_angle_rows(positions, inv_freq, freq_scale, cos, sin, t, t + 1)
+
+
+def rope_angles(positions, inv_freq, freq_scale):
+    """(cos, sin), float64[len(positions), len(inv_freq)], of the angles positions * freq_scale *
+    inv_freq: the same for every head and every layer with these frequencies, so a pass computes
+    them once (the trigonometry was most of a prefill's rope time)."""
+    n, half = positions.shape[0], inv_freq.shape[0]
+    cos = np.empty((n, half))
+    sin = np.empty((n, half))
+    if n <= SERIAL_ROWS:
+        _rope_angle_rows(positions, inv_freq, freq_scale, cos, sin, 0, n)
+    else:
+        _rope_angle_par(positions, inv_freq, freq_scale, cos, sin)
+    return cos, sin
+
+
+@_ser
+def _rope_rows(x, cos_t, sin_t, n_heads, head_dim, n_rot, neox, out, t0, t1):
+    half = n_rot // 2
+    for t in range(t0, t1):
+        cos, sin = cos_t[t], sin_t[t]
+        for h in range(n_heads):
+            # one head as slices from 0: indexing [t, base + i] kept these loops scalar
+            xh = x[t, h * head_dim:(h + 1) * head_dim]
+            oh = out[t, h * head_dim:(h + 1) * head_dim]
+            if neox:
+                for i in range(half):
+                    a = xh[i]
+                    b = xh[i + half]
+                    oh[i] = a * cos[i] - b * sin[i]
+                    oh[i + half] = a * sin[i] + b * cos[i]
+            else:
+                for i in range(half):
+                    a = xh[2 * i]
+                    b = xh[2 * i + 1]
+                    oh[2 * i] = a * cos[i] - b * sin[i]
+                    oh[2 * i + 1] = a * sin[i] + b * cos[i]
+            for i in range(n_rot, head_dim):
+                oh[i] = xh[i]
+
+
+@_rows_par
+def _rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out):
     for t in prange(x.shape[0]):
-        _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, t, t + 1)
+        _rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, t, t + 1)
+
+
+def rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out):
+    """Rotate x's heads by angles from `rope_angles` (rows of cos, sin match rows of x)."""
+    if x.shape[0] <= SERIAL_ROWS:
+        _rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, x.shape[0])
+    else:
+        _rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
 
 
 def rope(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
     """inv_freq[i] = base^(-2i/n_rot) in float64; angles computed in float64 like the reference."""
-    if x.shape[0] <= SERIAL_ROWS:
-        _rope_rows(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out, 0, x.shape[0])
-    else:
-        _rope_par(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out)
+    cos, sin = rope_angles(positions[:x.shape[0]], inv_freq, freq_scale)
+    rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
 
 
 @_ser

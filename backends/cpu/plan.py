@@ -52,6 +52,7 @@ class PassInfo:
             self.tables[s, :len(table)] = table
         self.page_size = page_size
         self._pages: np.ndarray | None = None
+        self.angles: dict[tuple[bytes, float], tuple[np.ndarray, np.ndarray]] = {}  # rope's, per frequencies
         self.rows = batch.logit_rows.astype(np.int64)
         per_seq = np.bincount(self.seq_index[self.rows], minlength=len(batch.page_tables)) if len(self.rows) else np.zeros(1)
         self.logits_small = bool(per_seq.max() <= GROUPED_MAX_ROWS)
@@ -157,10 +158,15 @@ class CpuPlan:
             x = self._value(node.x)
             out = self._buffer(node.out, x.shape[1])
             inv = node.base ** (-np.arange(0, node.n_rot, 2, dtype=np.float64) / node.n_rot)
-            args = (node.n_heads, node.head_dim, node.n_rot, node.mode == "neox", inv, float(node.freq_scale))
             if node.mode not in ("normal", "neox"):
                 raise ValueError(f"unknown rope mode {node.mode!r}")
-            return lambda p: ops.rope(x[:count(p)], p.positions, *args, out[:count(p)])
+            args = (node.n_heads, node.head_dim, node.n_rot, node.mode == "neox")
+            angles = self.rope_angles(inv, float(node.freq_scale))
+
+            def rope(p: PassInfo) -> None:
+                cos, sin = angles(p)
+                ops.rope_rotate(x[:count(p)], cos, sin, *args, out[:count(p)])
+            return rope
         if isinstance(node, G.KvWrite):
             k, v = self._value(node.k), self._value(node.v)
             layer = node.layer
@@ -203,6 +209,19 @@ class CpuPlan:
                 p.n_rows = len(p.rows)
             return select
         return extended.step(self, node)
+
+    @staticmethod
+    def rope_angles(inv_freq: np.ndarray, freq_scale: float) -> Callable[[PassInfo], tuple[np.ndarray, np.ndarray]]:
+        """The pass's (cos, sin) for these frequencies (`ops.rope_angles`), computed by the first
+        rope step that asks and shared by q and k of every layer that uses the same ones."""
+        key = (inv_freq.tobytes(), freq_scale)
+
+        def angles(p: PassInfo) -> tuple[np.ndarray, np.ndarray]:
+            got = p.angles.get(key)
+            if got is None:
+                got = p.angles[key] = ops.rope_angles(p.positions, inv_freq, freq_scale)
+            return got
+        return angles
 
     def _matmul_step(self, node: G.MatMul) -> Callable[[PassInfo], None]:
         count = self._count

@@ -266,7 +266,7 @@ def _rope_angle_par(positions, inv_freq, freq_scale, cos, sin):
 
 def rope_angles(positions, inv_freq, freq_scale):
     """(cos, sin), float64[len(positions), len(inv_freq)], of the angles positions * freq_scale *
-    inv_freq: the same for every head and every layer with these frequencies, so a pass computes
+    inv_freq (inv_freq[i] = base^(-2i/n_rot), float64 like the reference): the same for every head and every layer with these frequencies, so a pass computes
     them once (the trigonometry was most of a prefill's rope time)."""
     n, half = positions.shape[0], inv_freq.shape[0]
     cos = np.empty((n, half))
@@ -316,11 +316,6 @@ def rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out):
     else:
         _rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
 
-
-def rope(x, positions, n_heads, head_dim, n_rot, neox, inv_freq, freq_scale, out):
-    """inv_freq[i] = base^(-2i/n_rot) in float64; angles computed in float64 like the reference."""
-    cos, sin = rope_angles(positions[:x.shape[0]], inv_freq, freq_scale)
-    rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
 
 
 @_ser

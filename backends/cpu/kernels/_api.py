@@ -90,9 +90,7 @@ def _check(code, w, cols):
 # AVX2 (vpmaddubsw + vpmaddwd) the int8-activation kernels win for every quantized format
 # (byte-domain unpacking plus one or two dot instructions per 32 quants); elsewhere their
 # generic fallback is slower than the exact float kernels, so those are used.
-_Q8_DECODE = (
-    (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K) if HAS_VNNI or HAS_AVX2 else ()
-)
+_Q8_DECODE = F.QUANTIZED if HAS_VNNI or HAS_AVX2 else ()
 # as a bit mask over type codes, which Numba freezes into a constant
 _Q8_MASK = sum(1 << c for c in _Q8_DECODE)
 

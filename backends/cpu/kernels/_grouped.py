@@ -60,7 +60,7 @@ def _is_kquant(code) -> bool:
     # literal, compiles only the variant a format uses (an `if` on code would compile both)
     if not isinstance(code, types.IntegerLiteral):
         raise errors.TypingError("the weight format code must be a literal")
-    return F.Q2_K <= code.literal_value <= F.Q6_K
+    return code.literal_value in F.K_QUANTS
 
 
 @overload(_loops, jit_options={"nogil": True})
@@ -113,11 +113,11 @@ def grouped_q8_rows(code, w, XQ, XA, OUT, r0, r1, group_max):
 
 def has_grouped_q8(code: int) -> bool:
     """Whether `grouped_q8_rows` handles weights of format `code`."""
-    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K)
+    return code in F.QUANTIZED
 
 
 def has_grouped(code: int, cols: int) -> bool:
     """Whether `grouped_rows` handles weights of format `code` with `cols` columns."""
     if code in (F.F32, F.F16, F.BF16):
         return cols % 32 == 0
-    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q8_0, F.Q2_K, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K)
+    return code in F.QUANTIZED

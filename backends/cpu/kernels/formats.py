@@ -38,6 +38,10 @@ TYPE_CODE: dict[str, int] = {
 }
 TYPE_NAME: dict[int, str] = {v: k for k, v in TYPE_CODE.items()}
 SUPPORTED_TYPES: frozenset[int] = frozenset(TYPE_CODE.values())
+# The block-quantized formats (every kernel family handles all of them) and, among them, the
+# K-quants (256-quant super-blocks of eight 32-quant runs).
+QUANTIZED: tuple[int, ...] = (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
+K_QUANTS: tuple[int, ...] = (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)
 
 # code -> (elements per block, bytes per block), as gguf.constants.GGML_QUANT_SIZES.
 BLOCK: dict[int, tuple[int, int]] = {

@@ -111,8 +111,8 @@ class EngineReplica:
     async def generate(self, spec: JobSpec) -> AsyncIterator[list[Event]]:
         """Run `spec` on this replica's scheduler and yield its events in order, in batches.
 
-        Each batch holds every event queued since the previous one, so none waits for another (the
-        first token leaves alone); the last batch ends with `Finished`. A full scheduler yields
+        The first batch is the first event alone; each later batch holds every event queued since
+        the previous one, so none waits for another; the last batch ends with `Finished`. A full scheduler yields
         [Finished("busy")] at once (the front answers 503); a caller that stops iterating (its
         client went away) cancels the job at the next step boundary.
         """
@@ -139,11 +139,15 @@ class EngineReplica:
             yield [Finished("busy", Usage(len(spec.prompt_ids), 0, 0), str(exc))]
             return
         finished = False
+        first = True
         try:
             while not finished:
                 batch = [await queue.get()]
-                while not queue.empty():  # nothing follows Finished, so it stays last
+                # The first event always leaves alone, whatever else the scheduler thread queued
+                # meanwhile: the client's time to first token must not wait on a busy event loop.
+                while not first and not queue.empty():  # nothing follows Finished, so it stays last
                     batch.append(queue.get_nowait())
+                first = False
                 finished = isinstance(batch[-1], Finished)
                 yield batch
         finally:

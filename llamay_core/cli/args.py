@@ -170,6 +170,14 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def tcp_port(text: str) -> int:
+    """A TCP port: 0 (any free one) to 65535."""
+    value = non_negative_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"expected a port from 0 to 65535, got {value}")
+    return value
+
+
 def n_predict(text: str) -> int:
     """Tokens to generate: N >= 1, or -1 for "until the end of the text or the context" (as llama.cpp)."""
     try:

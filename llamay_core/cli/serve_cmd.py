@@ -7,14 +7,14 @@ import socket
 import sys
 from pathlib import Path
 
-from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int
+from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int, tcp_port
 from llamay_core.files.model_names import DEFAULT_MODEL
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     model_flag(p)
     flag(p, "host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
-    flag(p, "port", type=non_negative_int, default=8080, help="TCP port (default 8080)")
+    flag(p, "port", type=tcp_port, default=8080, help="TCP port (default 8080)")
     flag(p, "concurrency", "-np", "--parallel", type=positive_int, default=8,
          help="sequences decoded together (llama-server's -np); sizes the KV cache (default 8)")
     flag(p, "queue", type=non_negative_int, default=64,
@@ -119,6 +119,6 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-    except OSError as exc:
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    except (OSError, OverflowError, UnicodeError) as exc:  # taken, not ours, no such host, bad name
+        raise UsageError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     return sock

@@ -64,6 +64,7 @@ def test_llama_cpp_aliases_share_one_meaning(parser):
     (["bench", "-plt", "x.png"], "did you mean -plot?"),
     (["-m", "smollm2", "-p", "hi"], "a command comes first, e.g. llamay run -m smollm2 -p hi"),
     (["run", "-hff", "x.gguf", "-p", "hi"], "-hff FILE needs the repository too"),
+    (["serve", "-port", "70000"], "expected a port from 0 to 65535, got 70000"),
 ])
 def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -71,6 +72,22 @@ def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_an_address_that_cannot_be_listened_on_is_a_usage_error():
+    import socket
+
+    from llamay_core.cli.serve_cmd import listen_socket
+    from llamay_core.errors import UsageError
+
+    with pytest.raises(UsageError, match="cannot listen on a..b:0: "):  # refused before any lookup
+        listen_socket("a..b", 0)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError, match=f"cannot listen on 127.0.0.1:{port}: Address already in use"):
+            listen_socket("127.0.0.1", port)
 
 
 def test_help_shows_every_default(parser):

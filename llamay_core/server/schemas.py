@@ -208,12 +208,7 @@ Tokenize = Callable[[str], Sequence[int]]
 def parse_generation(body: Mapping[str, Any], n_vocab: int, tokenize: Tokenize, *, temperature: float = 1.0,
                      stop_field: str = "stop") -> Generation:
     """The sampling fields of OpenAI's and llama-server's APIs (the same names in both)."""
-    for name in ("typical_p", "typ_p", "dynatemp_range", "dynatemp_exponent", "xtc_probability", "xtc_threshold",
-                 "dry_multiplier", "dry_base", "top_n_sigma", "mirostat_tau", "mirostat_eta"):
-        number(body, name, 0.0)  # accepted for llama-server's clients, not applied (see docs/server.md)
-    for name in ("mirostat", "dry_allowed_length", "dry_penalty_last_n", "n_keep", "n_discard", "n_indent",
-                 "t_max_predict_ms", "n_cmpl"):
-        optional_int(body, name)
+    _refuse_samplers_llamay_lacks(body)
     gen = Generation(
         temperature=number(body, "temperature", temperature, minimum=0.0),
         top_k=integer(body, "top_k", 0, minimum=0),
@@ -230,6 +225,59 @@ def parse_generation(body: Mapping[str, Any], n_vocab: int, tokenize: Tokenize, 
         constraint=_constraint(body),
     )
     return _apply_samplers(body, gen)
+
+
+def _refuse_samplers_llamay_lacks(body: Mapping[str, Any]) -> None:
+    """llama-server's settings llamay has no sampler for: accepted at the values that switch them
+    off (llama-server's clients send every field, at its default), refused at any other, since
+    ignoring them would silently give a different answer than the client asked for."""
+    floats = {name: number(body, name, default) for name, default in (
+        ("typical_p", 1.0), ("typ_p", 1.0), ("dynatemp_range", 0.0), ("dynatemp_exponent", 1.0),
+        ("xtc_probability", 0.0), ("xtc_threshold", 0.1), ("dry_multiplier", 0.0), ("dry_base", 1.75),
+        ("top_n_sigma", -1.0), ("mirostat_tau", 5.0), ("mirostat_eta", 0.1))}
+    ints = {name: integer(body, name, default) for name, default in (
+        ("mirostat", 0), ("dry_allowed_length", 2), ("dry_penalty_last_n", -1), ("n_keep", 0), ("n_discard", 0),
+        ("n_indent", 0), ("t_max_predict_ms", 0), ("n_cmpl", 1))}
+    listed = _sampler_names(body)
+
+    def on(*aliases: str) -> bool:  # a sampler left out of `samplers` is off whatever its settings
+        return listed is None or any(a in listed for a in aliases)
+
+    switched_on = (
+        ("typical_p", "locally typical", on("typ_p", "typical_p") and floats["typical_p"] < 1.0, "1"),
+        ("typ_p", "locally typical", on("typ_p", "typical_p") and floats["typ_p"] < 1.0, "1"),
+        ("dynatemp_range", "dynamic temperature", on("temperature") and floats["dynatemp_range"] > 0.0, "0"),
+        ("xtc_probability", "XTC", on("xtc") and floats["xtc_probability"] > 0.0 and floats["xtc_threshold"] <= 0.5,
+         "0"),
+        ("dry_multiplier", "DRY", on("dry") and floats["dry_multiplier"] != 0.0 and floats["dry_base"] >= 1.0
+         and ints["dry_penalty_last_n"] != 0, "0"),
+        ("top_n_sigma", "top-n-sigma", on("top_n_sigma") and floats["top_n_sigma"] > 0.0, "-1"),
+        ("mirostat", "mirostat", ints["mirostat"] != 0, "0"),
+        ("t_max_predict_ms", "time-limited generation", ints["t_max_predict_ms"] > 0, "0"),
+        ("n_cmpl", "several-completion (n_cmpl)", ints["n_cmpl"] > 1, "1"),
+    )
+    for name, what, refused, off in switched_on:
+        if refused and name in body:
+            raise unsupported(name, f"{name}={body[name]} asks for {what} sampling, which llamay does not have; "
+                                    f"leave {name} out or at {off}")
+
+
+def _sampler_names(body: Mapping[str, Any]) -> set[str] | None:
+    """The samplers a `samplers` field switches on (names or letters); None when it is absent."""
+    value = body.get("samplers")
+    if value is None:
+        return None
+    if isinstance(value, str):
+        unknown = [c for c in value if c not in SAMPLER_LETTERS]
+        names = {SAMPLER_LETTERS.get(c, c) for c in value}
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        unknown = [v for v in value if v not in SAMPLER_NAMES]
+        names = set(value)
+    else:
+        raise type_error("samplers", "a list of sampler names")
+    if unknown:
+        raise value_error("samplers", f"has unknown sampler {unknown[0]!r} (known: {', '.join(SAMPLER_NAMES)})")
+    return names
 
 
 def _repeat_last_n(body: Mapping[str, Any]) -> int:
@@ -359,19 +407,9 @@ def response_format_constraint(rf: Any) -> ConstraintSpec | None:
 
 def _apply_samplers(body: Mapping[str, Any], gen: Generation) -> Generation:
     """llama.cpp's `samplers`: the order is llama.cpp's own; a sampler left out is switched off."""
-    value = body.get("samplers")
-    if value is None:
+    names = _sampler_names(body)
+    if names is None:
         return gen
-    if isinstance(value, str):
-        unknown = [c for c in value if c not in SAMPLER_LETTERS]
-        names = {SAMPLER_LETTERS.get(c, c) for c in value}
-    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
-        unknown = [v for v in value if v not in SAMPLER_NAMES]
-        names = set(value)
-    else:
-        raise type_error("samplers", "a list of sampler names")
-    if unknown:
-        raise value_error("samplers", f"has unknown sampler {unknown[0]!r} (known: {', '.join(SAMPLER_NAMES)})")
     changes: dict[str, Any] = {}
     if "top_k" not in names:
         changes["top_k"] = 0

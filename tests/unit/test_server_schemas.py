@@ -69,6 +69,38 @@ def test_samplers_left_out_are_off():
     assert (g.top_k, g.top_p, g.min_p, g.repeat_penalty) == (0, 1.0, 0.0, 1.0)
 
 
+@pytest.mark.parametrize("body", [
+    {"typical_p": 0.5}, {"typ_p": 0.9}, {"dynatemp_range": 0.5}, {"xtc_probability": 0.5},
+    {"dry_multiplier": 0.8}, {"top_n_sigma": 1.5}, {"mirostat": 2}, {"t_max_predict_ms": 500}, {"n_cmpl": 3},
+    {"typical_p": 0.5, "samplers": ["typical_p", "temperature"]}, {"xtc_probability": 0.5, "samplers": "xt"},
+])
+def test_a_sampler_llamay_lacks_is_refused_when_switched_on(body):
+    name = next(iter(body))
+    with pytest.raises(ApiError) as err:
+        gen(**body)
+    assert (err.value.status, err.value.param) == (400, name)
+    assert "llamay does not have" in str(err.value.message)
+
+
+@pytest.mark.parametrize("body", [
+    # what llama-server's web UI sends: every sampler at the value that switches it off
+    {"typical_p": 1, "dynatemp_range": 0, "dynatemp_exponent": 1, "xtc_probability": 0, "xtc_threshold": 0.1,
+     "dry_multiplier": 0, "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1, "top_n_sigma": -1,
+     "mirostat": 0, "mirostat_tau": 5, "mirostat_eta": 0.1, "t_max_predict_ms": 0, "n_keep": 0, "n_cmpl": 1},
+    {"typical_p": 0.5, "samplers": ["top_k", "temperature"]},  # listed off
+    {"xtc_probability": 0.5, "xtc_threshold": 0.6},  # llama.cpp's XTC is off above a threshold of 0.5
+    {"dry_multiplier": 0.8, "dry_penalty_last_n": 0},
+])
+def test_samplers_llamay_lacks_are_accepted_while_off(body):
+    assert gen(**body).temperature == 1.0
+
+
+@pytest.mark.parametrize("body", [{"typical_p": "x"}, {"mirostat": 1.5}, {"dry_base": math.nan}])
+def test_samplers_llamay_lacks_are_still_type_checked(body):
+    with pytest.raises(ApiError):
+        gen(**body)
+
+
 def test_prompt_forms():
     assert parse_prompts("a", True) == ("a",)
     assert parse_prompts([1, 2], True) == ([1, 2],)

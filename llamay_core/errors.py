@@ -36,6 +36,11 @@ class UsageError(LlamayError):
     """A bad argument value from a user."""
 
 
+class ConstraintLimitError(UsageError):
+    """A request's grammar or schema went past what the constraint engine can follow mid-generation
+    (e.g. a repetition too long for its parser): the request's fault, not the server's."""
+
+
 class CorrectnessGateError(LlamayError):
     """A backend whose tokens disagree with reference: no numbers are reported (exit 3)."""
 

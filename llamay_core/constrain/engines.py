@@ -16,7 +16,7 @@ import attrs
 import numpy as np
 
 from llamay_core.constrain.mask import apply_mask, bitmask_words
-from llamay_core.errors import UsageError
+from llamay_core.errors import ConstraintLimitError, UsageError
 
 _LL_TOKENIZERS: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
 
@@ -135,7 +135,11 @@ class Constraint:
     def advance(self, token: int) -> None:
         """Record the chosen token (it was allowed by the last mask, so this cannot fail)."""
         if not self.matcher.consume_token(int(token)):
-            raise RuntimeError(f"constraint rejected token {token}: {self.matcher.get_error()}")
+            # the grammar allowed the token but its parser hit a limit (e.g. too many items):
+            # llguidance's message carries its whole state, so only its first line goes on
+            first_line = (str(self.matcher.get_error() or "").splitlines() or ["no reason given"])[0]
+            raise ConstraintLimitError(f"the {self.kind.replace('_', ' ')} could not be followed past token {token}: "
+                                       f"{_one_line(first_line)}")
 
     def valid_prefix(self, tokens: Sequence[int]) -> int:
         """How many of `tokens` the grammar allows in a row from here (drafts past it are cut)."""

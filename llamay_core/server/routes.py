@@ -247,6 +247,8 @@ async def collect(request: Request, streams: list[RequestStream]) -> list[Outcom
 
 
 def generation_failed(end: Finished) -> ApiError:
+    if end.client_error:
+        return ApiError(400, f"generation stopped: {end.error}", code="invalid_request")
     return ApiError(500, f"generation failed: {end.error}", type="server_error", code="internal_error")
 
 

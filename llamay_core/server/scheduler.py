@@ -113,6 +113,7 @@ class Finished:
     stop_word: str = ""
     timings: Timings = attrs.field(factory=Timings)
     truncated: bool = False  # stopped because the context was full (llama-server's `truncated`)
+    client_error: bool = False  # an error the request caused (its grammar's limits): a 400, not a 500
 
 
 Event = Delta | Finished
@@ -316,6 +317,10 @@ class Scheduler:
 
     def _fail(self, job: Job, exc: Exception) -> None:
         """One request's failure: it ends with an error event; the others go on."""
+        if isinstance(exc, UsageError):  # the request's own input: no traceback for the server's log
+            log.warning("request failed: %s", exc)
+            self._finish(job, "error", str(exc), client_error=True)
+            return
         log.exception("request failed")
         self._finish(job, "error", f"{type(exc).__name__}: {exc}")
 
@@ -478,7 +483,7 @@ class Scheduler:
     def _emit(self, job: Job, text: str, logprobs: list[TokenLogprob], tokens: list[int]) -> None:
         job.notify(Delta(text, logprobs, tokens))
 
-    def _finish(self, job: Job, reason: str, error: str = "") -> None:
+    def _finish(self, job: Job, reason: str, error: str = "", client_error: bool = False) -> None:
         """Take `job` out of the batch, free its pages at once, account for it and tell the client."""
         if job.done:
             return
@@ -508,4 +513,4 @@ class Scheduler:
                           cache_n=job.cached_tokens)
         self.totals.add(timings)
         job.notify(Finished(reason, usage, error, job.stop_type, job.text.stop_word if job.text else "", timings,
-                            truncated=job.truncated and job.stop_type == "limit"))
+                            truncated=job.truncated and job.stop_type == "limit", client_error=client_error))

@@ -6,6 +6,7 @@ still answer a normal request. A tiny random model keeps it fast.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -99,6 +100,24 @@ def test_bad_values_are_a_400_and_the_server_goes_on(live, case, body):
     r = live.client.post(path, content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     assert r.json()["error"]["message"]
+    still_serving(live)
+
+
+def test_a_grammar_past_the_parser_limits_is_a_400_and_a_one_line_error_event(live, caplog):
+    # GBNF that compiles but whose parser gives up at its first token (too many items): the
+    # client's input, so a 400 (an error event when streaming) with one short line, not a 500
+    body = {"prompt": "x", "max_tokens": 4, "grammar": 'root ::= "a"{1000000}', "temperature": 0}
+    with caplog.at_level(logging.WARNING, logger="llamay"):
+        r = live.client.post("/v1/completions", json=body)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["type"] == "invalid_request_error" and "could not be followed" in error["message"]
+    assert len(error["message"]) < 500 and "\n" not in error["message"]
+    logged = [rec for rec in caplog.records if "could not be followed" in rec.getMessage()]
+    assert logged and not [rec for rec in caplog.records if rec.exc_info]  # a warning, no traceback
+    with live.client.stream("POST", "/v1/completions", json={**body, "stream": True}) as s:
+        events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]" and json.loads(events[-2])["error"]["type"] == "invalid_request_error"
     still_serving(live)
 
 

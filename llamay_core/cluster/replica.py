@@ -112,9 +112,9 @@ class EngineReplica:
         """Run `spec` on this replica's scheduler and yield its events in order, in batches.
 
         The first batch is the first event alone; each later batch holds every event queued since
-        the previous one, so none waits for another; the last batch ends with `Finished`. A full scheduler yields
-        [Finished("busy")] at once (the front answers 503); a caller that stops iterating (its
-        client went away) cancels the job at the next step boundary.
+        the previous one, so none waits for another; the last batch ends with `Finished`. A full
+        scheduler yields [Finished("busy")] at once (the front answers 503); a caller that stops
+        iterating (its client went away) cancels the job at the next step boundary.
         """
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Event] = asyncio.Queue()

@@ -244,21 +244,21 @@ def _refuse_samplers_llamay_lacks(body: Mapping[str, Any]) -> None:
         return listed is None or any(a in listed for a in aliases)
 
     switched_on = (
-        ("typical_p", "locally typical", on("typ_p", "typical_p") and floats["typical_p"] < 1.0, "1"),
-        ("typ_p", "locally typical", on("typ_p", "typical_p") and floats["typ_p"] < 1.0, "1"),
+        ("typical_p", "locally typical sampling", on("typ_p", "typical_p") and floats["typical_p"] < 1.0, "1"),
+        ("typ_p", "locally typical sampling", on("typ_p", "typical_p") and floats["typ_p"] < 1.0, "1"),
         ("dynatemp_range", "dynamic temperature", on("temperature") and floats["dynatemp_range"] > 0.0, "0"),
-        ("xtc_probability", "XTC", on("xtc") and floats["xtc_probability"] > 0.0 and floats["xtc_threshold"] <= 0.5,
-         "0"),
-        ("dry_multiplier", "DRY", on("dry") and floats["dry_multiplier"] != 0.0 and floats["dry_base"] >= 1.0
+        ("xtc_probability", "XTC sampling",
+         on("xtc") and floats["xtc_probability"] > 0.0 and floats["xtc_threshold"] <= 0.5, "0"),
+        ("dry_multiplier", "DRY sampling", on("dry") and floats["dry_multiplier"] != 0.0 and floats["dry_base"] >= 1.0
          and ints["dry_penalty_last_n"] != 0, "0"),
-        ("top_n_sigma", "top-n-sigma", on("top_n_sigma") and floats["top_n_sigma"] > 0.0, "-1"),
-        ("mirostat", "mirostat", ints["mirostat"] != 0, "0"),
-        ("t_max_predict_ms", "time-limited generation", ints["t_max_predict_ms"] > 0, "0"),
-        ("n_cmpl", "several-completion (n_cmpl)", ints["n_cmpl"] > 1, "1"),
+        ("top_n_sigma", "top-n-sigma sampling", on("top_n_sigma") and floats["top_n_sigma"] > 0.0, "-1"),
+        ("mirostat", "mirostat sampling", ints["mirostat"] != 0, "0"),
+        ("t_max_predict_ms", "a time limit on generation", ints["t_max_predict_ms"] > 0, "0"),
+        ("n_cmpl", "several completions of one prompt", ints["n_cmpl"] > 1, "1"),
     )
     for name, what, refused, off in switched_on:
         if refused and name in body:
-            raise unsupported(name, f"{name}={body[name]} asks for {what} sampling, which llamay does not have; "
+            raise unsupported(name, f"{name}={body[name]} asks for {what}, which llamay does not have; "
                                     f"leave {name} out or at {off}")
 
 

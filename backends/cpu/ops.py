@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from llamay_backends.cpu.segment_attention import segment_attention
 from numba import njit, prange
 
 from llamay_backends.cpu.kernels._simd import (
@@ -356,13 +357,21 @@ def query_tiles(segments: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray
     return lo, hi
 
 
+# Prefill rows at this position or later take GEMMs over their sequence's K/V
+# (`segment_attention`: 1.5x at 1k keys, 2x at 4k); earlier ones the tile kernel, which skips the
+# keys ahead of each row and costs no Python per tile (the GEMMs' padded blocks lost at 512).
+# The choice depends on the row's own position only, so a row's bits never depend on its segment.
+GEMM_FROM_POSITION = 512
+
+
 def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
-                  key_dim, value_dim, scale, cap, window, out, segments=()):
+                  key_dim, value_dim, scale, cap, window, out, segments=(), pool=None):
     """Causal GQA attention over paged f32 K/V: out[t, head] for every token and head.
 
-    segments: (a, b) row ranges, each of one sequence's rows (prefill), computed in query tiles
-    (`query_tiles`); every other row gets one task per head. A row's result depends only on
-    which of the two it is, never on other sequences in the pass."""
+    segments: (a, b) row ranges, each of one sequence's consecutive rows (prefill): rows before
+    `GEMM_FROM_POSITION` in query tiles (`query_tiles`), later ones as GEMMs per segment (tasks on
+    `pool`); every other row gets one task per head. A row's result depends only on which of these
+    it is, never on other sequences in the pass."""
     if key_dim % 32 != 0 or value_dim % 64 != 0:
         _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                           key_dim, value_dim, scale, cap, window, out)
@@ -370,13 +379,21 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
     if not segments:
         rows = np.arange(q.shape[0], dtype=np.int64)
     else:
-        tiled = np.zeros(q.shape[0], np.bool_)
+        in_segment = np.zeros(q.shape[0], np.bool_)
+        tiled = []
         for a, b in segments:
-            tiled[a:b] = True
-        rows = np.nonzero(~tiled)[0]
-        lo, hi = query_tiles(list(segments))
-        _attention_tiles(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
-                         key_dim, value_dim, scale, cap, window, lo, hi, out)
+            in_segment[a:b] = True
+            split = a + min(b - a, max(0, GEMM_FROM_POSITION - int(positions[a])))  # positions are consecutive
+            if split > a:
+                tiled.append((a, split))
+            if b > split:
+                segment_attention(q, positions, page_tables[seq_index[split]], k_store, v_store, n_heads,
+                                  n_kv_heads, key_dim, value_dim, scale, cap, window, split, b, out, pool)
+        if tiled:
+            lo, hi = query_tiles(tiled)
+            _attention_tiles(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
+                             key_dim, value_dim, scale, cap, window, lo, hi, out)
+        rows = np.nonzero(~in_segment)[0]
     if len(rows):
         _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                        key_dim, value_dim, scale, cap, window, rows, out)

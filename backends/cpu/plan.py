@@ -297,9 +297,9 @@ class CpuPlan:
                 float(node.softcap), int(node.window))
         if store.spec.dtype == "f32":
             ks, vs = store.layer_arrays(node.layer)[:2]
-            # prefill segments in query tiles (K/V pages shared by a tile's rows and heads)
+            # prefill segments as GEMMs over each sequence's K/V, shared out over the plan's threads
             return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args,
-                                               out[:count(p)], p.large_segments)
+                                               out[:count(p)], p.large_segments, p.pool)
         layer = node.layer
 
         def attention_dequantizing(p: PassInfo) -> None:
@@ -317,7 +317,8 @@ class CpuPlan:
                 result = np.empty((len(idx), out.shape[1]), np.float32)  # out[idx] would be a copy
                 tiles = [(0, len(idx))] if len(idx) > GROUPED_MAX_ROWS else []
                 ops.attention_f32(np.ascontiguousarray(q[idx]), p.positions[idx], np.zeros(len(idx), np.int64), table,
-                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result, tiles)
+                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result, tiles,
+                                  p.pool)
                 out[idx] = result
         return attention_dequantizing
 

@@ -1,8 +1,9 @@
-"""The cpu backend's prefill attention in query tiles agrees with reference and with the per-row kernel.
+"""The cpu backend's prefill attention agrees with reference and with the per-row kernel.
 
-Two sequences share a pass over shuffled KV pages: one prefills a few hundred rows (query tiles,
-including a short last tile), the other a handful (one task per token and head); GQA, a sliding
-window and a softcap each change which keys a tile's queries see.
+Two sequences share a pass over shuffled KV pages: one prefills a few hundred rows (query tiles
+before `GEMM_FROM_POSITION`, GEMM tasks of 64 query rows from there on), the other a handful (one
+task per token and head); GQA, a sliding window and a softcap each change which keys a segment's
+queries see.
 """
 from __future__ import annotations
 
@@ -41,15 +42,18 @@ def _case(rng, lengths, starts, n_heads, n_kv_heads, dim):
 
 @pytest.mark.parametrize("n_heads,n_kv_heads,dim,cap,window", [(9, 3, 64, 0.0, 0), (4, 1, 128, 30.0, 0),
                                                                (6, 2, 64, 0.0, 100)])
-def test_query_tiles_match_reference_and_per_row_kernel(n_heads, n_kv_heads, dim, cap, window):
+@pytest.mark.parametrize("gemm_from", [ops.GEMM_FROM_POSITION, 150, 0])
+def test_segments_match_reference_and_per_row_kernel(n_heads, n_kv_heads, dim, cap, window, gemm_from,
+                                                     monkeypatch):
+    monkeypatch.setattr(ops, "GEMM_FROM_POSITION", gemm_from)
     rng = np.random.default_rng(n_heads * 100 + dim)
-    # sequence 0: 309 rows after a 20-token cached prefix (20 tiles, the last of 5 rows);
-    # sequence 1: 6 rows after 40 cached tokens (per-row tasks)
+    # sequence 0: 309 rows after a 20-token cached prefix, in query tiles, as GEMMs, or split
+    # between the two at position 150; sequence 1: 6 rows after 40 cached tokens (per-row tasks)
     q, positions, seq_index, tables, ks, vs, kv = _case(rng, [329, 46], [20, 40], n_heads, n_kv_heads, dim)
     scale = dim ** -0.5
     args = (n_heads, n_kv_heads, dim, dim, scale, cap, window)
     tiled = np.full((len(q), n_heads * dim), np.nan, np.float32)
-    ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, tiled, [(0, 309)])
+    ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, tiled, [(0, 309)])  # the segment as GEMMs
     per_row = np.full_like(tiled, np.nan)
     ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, per_row)
     for s, (k, v) in enumerate(kv):
@@ -62,7 +66,52 @@ def test_query_tiles_match_reference_and_per_row_kernel(n_heads, n_kv_heads, dim
     np.testing.assert_array_equal(tiled[309:], per_row[309:])
 
 
+@pytest.mark.parametrize("window", [0, 1, 5, 16, 37, 200])
+@pytest.mark.parametrize("start", [0, 3, 16, 150])
+@pytest.mark.parametrize("sizes", [None, (3, 32)])
+def test_a_segment_sees_exactly_its_window_from_any_start(window, start, sizes, monkeypatch):
+    # windows shorter than a page, a page and the segment; segments starting mid-page; tasks of
+    # 64 rows and blocks of 256 keys, or of 3 rows and 32 keys (many tasks and blocks, the last of
+    # each partial): each row's keys are the last `window` up to its own position, on a thread
+    # pool as the plan runs it
+    from concurrent.futures import ThreadPoolExecutor
+
+    from llamay_backends.cpu import segment_attention as module
+    from llamay_backends.cpu.segment_attention import segment_attention
+
+    if sizes:
+        monkeypatch.setattr(module, "QUERY_ROWS", sizes[0])
+        monkeypatch.setattr(module, "BLOCK", sizes[1])
+    rng = np.random.default_rng(window * 1000 + start)
+    n_heads, n_kv_heads, dim = 4, 2, 32
+    q, positions, _, tables, ks, vs, kv = _case(rng, [start + 140], [start], n_heads, n_kv_heads, dim)
+    out = np.full((len(q), n_heads * dim), np.nan, np.float32)
+    with ThreadPoolExecutor(2) as pool:
+        segment_attention(q, positions, tables[0], ks, vs, n_heads, n_kv_heads, dim, dim, dim ** -0.5, 0.0,
+                          window, 0, len(q), out, pool)
+    want = attention_one_sequence(q, positions, *kv[0], n_heads, n_kv_heads, dim, dim, dim ** -0.5, 0.0, window)
+    np.testing.assert_allclose(out, want, rtol=0, atol=2e-5)
+
+
 def test_query_tiles_are_cut_per_segment():
     lo, hi = ops.query_tiles([(3, 40), (40, 57)])
     assert lo.tolist() == [3, 19, 35, 40, 56]
     assert hi.tolist() == [19, 35, 40, 56, 57]
+
+
+def test_a_row_gets_the_same_bits_whatever_segment_it_comes_in():
+    # a forked context prefills its question as its own segment; the same text at once puts those
+    # rows in the middle of a longer one: fork and fresh prefill must generate the same tokens
+    from llamay_backends.cpu import segment_attention as module
+
+    rng = np.random.default_rng(3)
+    n_heads, n_kv_heads, dim = 6, 2, 64
+    q, positions, _, tables, ks, vs, _ = _case(rng, [700], [0], n_heads, n_kv_heads, dim)
+    args = (n_heads, n_kv_heads, dim, dim, dim ** -0.5, 0.0, 0)
+    whole = np.full((len(q), n_heads * dim), np.nan, np.float32)
+    module.segment_attention(q, positions, tables[0], ks, vs, *args, 0, len(q), whole)
+    for cuts in ([0, 300, 700], [0, 17, 530, 700], [0, 611, 650, 700]):
+        parts = np.full_like(whole, np.nan)
+        for a, b in zip(cuts, cuts[1:]):
+            module.segment_attention(q, positions, tables[0], ks, vs, *args, a, b, parts)
+        assert np.array_equal(parts.view(np.uint32), whole.view(np.uint32)), cuts

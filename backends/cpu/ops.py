@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llamay_backends.cpu.segment_attention import segment_attention
 from numba import njit, prange
 
 from llamay_backends.cpu.kernels._simd import (
@@ -25,6 +24,7 @@ from llamay_backends.cpu.kernels._simd import (
     vsub,
     vzero,
 )
+from llamay_backends.cpu.segment_attention import segment_attention
 
 _par = njit(parallel=True, fastmath=True, cache=True)
 # The row kernels of the elementwise ops and their parallel drivers: no fast-math (said

@@ -297,7 +297,8 @@ class CpuPlan:
                 float(node.softcap), int(node.window))
         if store.spec.dtype == "f32":
             ks, vs = store.layer_arrays(node.layer)[:2]
-            # prefill segments as GEMMs over each sequence's K/V, shared out over the plan's threads
+            # prefill segments in query tiles, and from position 512 on as GEMMs shared out over the
+            # plan's threads (`ops.attention_f32`)
             return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args,
                                                out[:count(p)], p.large_segments, p.pool)
         layer = node.layer

@@ -267,8 +267,9 @@ def _rope_angle_par(positions, inv_freq, freq_scale, cos, sin):
 
 def rope_angles(positions, inv_freq, freq_scale):
     """(cos, sin), float64[len(positions), len(inv_freq)], of the angles positions * freq_scale *
-    inv_freq (inv_freq[i] = base^(-2i/n_rot), float64 like the reference): the same for every head and every layer with these frequencies, so a pass computes
-    them once (the trigonometry was most of a prefill's rope time)."""
+    inv_freq (inv_freq[i] = base^(-2i/n_rot), float64 like the reference): the same for every
+    head and every layer with these frequencies, so a pass computes them once (the trigonometry
+    was most of a prefill's rope time)."""
     n, half = positions.shape[0], inv_freq.shape[0]
     cos = np.empty((n, half))
     sin = np.empty((n, half))
@@ -316,7 +317,6 @@ def rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out):
         _rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, x.shape[0])
     else:
         _rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
-
 
 
 @_ser

@@ -119,6 +119,6 @@ def listen_socket(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-    except (OSError, OverflowError, UnicodeError) as exc:  # taken, not ours, no such host, bad name
+    except (OSError, UnicodeError) as exc:  # taken, not ours, no such host, a name IDNA cannot encode
         raise UsageError(f"cannot listen on {host}:{port}: {getattr(exc, 'strerror', None) or exc}") from None
     return sock

@@ -8,6 +8,7 @@ import time
 from typing import Any, Callable
 
 from llamay_core.cli.args import backend_flag, flag, kv_flag, model_flag, non_negative_int, positive_int
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -17,7 +18,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "reps", "-r", type=positive_int, default=3, help="repetitions; the best is reported")
     flag(p, "threads", "-t", type=positive_int, default=None, help="threads (default: physical cores)")
     kv_flag(p)
-    flag(p, "ubatch", "-ub", type=positive_int, default=256, help="prefill tile width")
+    flag(p, "ubatch", "-ub", type=positive_int, default=DEFAULT_UBATCH, help="prefill tile width")
     flag(p, "o", default="md", choices=["md", "json", "jsonl", "csv", "sql"], help="output format")
     flag(p, "pg", default=None, help="P,G: a P-token prompt then G generated tokens, timed together")
     flag(p, "d", "-depth", type=non_negative_int, default=0, help="measure with DEPTH tokens already cached")

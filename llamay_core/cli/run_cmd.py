@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from llamay_core.cli.args import AcceptedAndIgnored, backend_flag, flag, kv_flag, model_flag, n_predict, positive_int
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.files.model_names import DEFAULT_MODEL
 
 
@@ -27,7 +28,7 @@ def sampling_flags(p: argparse.ArgumentParser, n_default: int) -> None:
                    help="context size in tokens (default: the model's, at most 4096)")
     p.add_argument("-t", "--threads", "-threads", dest="threads", type=positive_int, default=None,
                    help="CPU threads for backends that use them (default: the backend's choice)")
-    p.add_argument("-ub", "--ubatch-size", "-b", "--batch-size", dest="ubatch", type=positive_int, default=256,
+    p.add_argument("-ub", "--ubatch-size", "-b", "--batch-size", dest="ubatch", type=positive_int, default=DEFAULT_UBATCH,
                    help="most prompt tokens per forward pass")
     flag(p, "ignore-eos", dest="ignore_eos", action="store_true", help="keep generating past end-of-text tokens")
     kv_flag(p)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from llamay_core.cli.args import backend_flag, flag, model_flag, non_negative_int, positive_int, tcp_port
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.files.model_names import DEFAULT_MODEL
 
 
@@ -19,7 +20,7 @@ def configure(p: argparse.ArgumentParser) -> None:
          help="sequences decoded together (llama-server's -np); sizes the KV cache (default 8)")
     flag(p, "queue", type=non_negative_int, default=64,
          help="requests that may wait for a place in the batch before 503 (default 64)")
-    flag(p, "batch", "-b", "-ub", "--ubatch-size", type=positive_int, default=512,
+    flag(p, "batch", "-b", "-ub", "--ubatch-size", type=positive_int, default=DEFAULT_UBATCH,
          help="most tokens in one forward pass; a larger step runs as several passes (default 512)")
     flag(p, "prefill-chunk", dest="prefill_chunk", type=positive_int, default=256,
          help="most prompt tokens fed per step, so long prompts do not stall others (default 256)")

@@ -8,6 +8,7 @@ import numpy as np
 
 from llamay_core.backend_api import Batch, Executable
 from llamay_core.engine.kv_pages import PagePool, SequenceKV
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.errors import ContextOverflowError
 
 
@@ -23,7 +24,7 @@ class SequenceChunk:
 class Forward:
     """Runs tokens through the executable; never allocates pages it does not need."""
 
-    def __init__(self, executable: Executable, pool: PagePool, n_ctx: int, ubatch: int = 256) -> None:
+    def __init__(self, executable: Executable, pool: PagePool, n_ctx: int, ubatch: int = DEFAULT_UBATCH) -> None:
         self.executable = executable
         self.pool = pool
         self.n_ctx = n_ctx

@@ -8,6 +8,7 @@ import attrs
 from gguf.constants import GGML_QUANT_SIZES
 
 from llamay_core.backend_api import KV_DTYPES, KvSpec, adopt_defaults, missing_members
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.engine.model import Model
 from llamay_core.errors import BackendError, BackendFailure, LlamayError, ModelFileError, UsageError, one_line
 from llamay_core.files.gguf_file import GGUFFile, open_gguf
@@ -168,7 +169,7 @@ class ModelBuild:
 
 
 def load_model(model: str | os.PathLike[str], backend: str | None = None, n_ctx: int | None = None,
-               kv_dtype: str = "f32", page_size: int = 16, ubatch: int = 256, n_seq: int = 4,
+               kv_dtype: str = "f32", page_size: int = 16, ubatch: int = DEFAULT_UBATCH, n_seq: int = 4,
                prefix_cache_mib: float | None = None) -> Model:
     """Load MODEL (path or name) on BACKEND (None: the best trusted backend available here)."""
     if kv_dtype not in KV_DTYPES:

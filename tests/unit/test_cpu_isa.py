@@ -45,15 +45,16 @@ def test_avx2_build_has_no_avx512_instructions(tmp_path):
 
 
 def test_avx2_build_matches_reference():
-    # the per-row int8 kernel (matmul_q8) and the float one, each compiled once for every format
-    # (compiling is most of this test's time), the int8 one also against its exact scheme, where
-    # vpmaddubsw's saturation or the sign trick would show; the grouped int8 decode kernel against
-    # the scheme on one format of each of its code paths (Q5_0: a 32-quant run with an offset, the
-    # plain loops; signed Q8_0; Q6_K: two scales per run, the K-quant loops). The intrinsics are
-    # shared by all formats; each format compiled under AVX2 costs ~10 s.
-    grouped = "(grouped and (Q5_0 or Q8_0 or Q6_K))"
-    selection = (f"matmul_q8_matches_reference or matvec_float_matches_reference or "
-                 f"(exactly_the_scheme and (per_row or {grouped}))")
+    # the per-row int8 kernel (matmul_q8) and the float one, the int8 one also against its exact
+    # scheme, where vpmaddubsw's saturation or the sign trick would show; the grouped int8 decode
+    # kernel against the scheme. The intrinsics are shared by all formats and each format compiled
+    # under AVX2 costs ~10 s of CI's budget, so one format per way of feeding them: unsigned nibbles
+    # with an offset (Q4_0), a fifth bit and a minimum (Q5_1), signed bytes (Q8_0), 2-bit planes
+    # (Q2_K), K-quant scales and minimums (Q4_K), signed 6-bit with two scales per run (Q6_K), and
+    # the float path's F16.
+    formats = " or ".join(f"[{name}" for name in ("Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q4_K", "Q6_K", "F16"))
+    selection = (f"(matmul_q8_matches_reference or matvec_float_matches_reference or exactly_the_scheme) "
+                 f"and ({formats})")
     files = ["tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py"]
     done = _run(["-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-k", selection], {})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]

@@ -343,35 +343,14 @@ def kv_write_f32(k, v, pages, slots, k_store, v_store):
         _kv_write_par(k, v, pages, slots, k_store, v_store)
 
 
-# Rows of one sequence whose attention is computed together (prefill), sharing each K/V page
-# they read across the tile's rows and the heads of a GQA group.
-QUERY_TILE = 16
-
-
-def query_tiles(segments: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
-    """(first row, end row) of each query tile: each segment (a, b) of one sequence's rows cut
-    into QUERY_TILE-row tiles counted from a, so a tile depends on its own sequence only."""
-    bounds = [(r, min(r + QUERY_TILE, b)) for a, b in segments for r in range(a, b, QUERY_TILE)]
-    lo = np.array([r for r, _ in bounds], np.int64)
-    hi = np.array([e for _, e in bounds], np.int64)
-    return lo, hi
-
-
-# Prefill rows at this position or later take GEMMs over their sequence's K/V
-# (`segment_attention`: 1.5x at 1k keys, 2x at 4k); earlier ones the tile kernel, which skips the
-# keys ahead of each row and costs no Python per tile (the GEMMs' padded blocks lost at 512).
-# The choice depends on the row's own position only, so a row's bits never depend on its segment.
-GEMM_FROM_POSITION = 512
-
-
 def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                   key_dim, value_dim, scale, cap, window, out, segments=(), pool=None):
     """Causal GQA attention over paged f32 K/V: out[t, head] for every token and head.
 
-    segments: (a, b) row ranges, each of one sequence's consecutive rows (prefill): rows before
-    `GEMM_FROM_POSITION` in query tiles (`query_tiles`), later ones as GEMMs per segment (tasks on
-    `pool`); every other row gets one task per head. A row's result depends only on which of these
-    it is, never on other sequences in the pass."""
+    segments: (a, b) row ranges, each of one sequence's consecutive rows (prefill), computed as
+    GEMMs over that sequence's K/V (`segment_attention`, tasks on `pool`); every other row gets
+    one task per head. A row's result depends only on which of these it is, never on other
+    sequences in the pass or on where its segment starts."""
     if key_dim % 32 != 0 or value_dim % 64 != 0:
         _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                           key_dim, value_dim, scale, cap, window, out)
@@ -380,136 +359,14 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
         rows = np.arange(q.shape[0], dtype=np.int64)
     else:
         in_segment = np.zeros(q.shape[0], np.bool_)
-        tiled = []
         for a, b in segments:
             in_segment[a:b] = True
-            split = a + min(b - a, max(0, GEMM_FROM_POSITION - int(positions[a])))  # positions are consecutive
-            if split > a:
-                tiled.append((a, split))
-            if b > split:
-                segment_attention(q, positions, page_tables[seq_index[split]], k_store, v_store, n_heads,
-                                  n_kv_heads, key_dim, value_dim, scale, cap, window, split, b, out, pool)
-        if tiled:
-            lo, hi = query_tiles(tiled)
-            _attention_tiles(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
-                             key_dim, value_dim, scale, cap, window, lo, hi, out)
+            segment_attention(q, positions, page_tables[seq_index[a]], k_store, v_store, n_heads, n_kv_heads,
+                              key_dim, value_dim, scale, cap, window, a, b, out, pool)
         rows = np.nonzero(~in_segment)[0]
     if len(rows):
         _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                        key_dim, value_dim, scale, cap, window, rows, out)
-
-
-@_par
-def _attention_tiles(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
-                     key_dim, value_dim, scale, cap, window, tile_lo, tile_hi, out):
-    # One task per (query tile, KV head): the tile's rows times the group's heads are up to
-    # QUERY_TILE * group queries, and each K/V page is read once for all of them while it sits
-    # in L1 (one task per token and head re-read every visible page per query: at 4k keys,
-    # 2 MiB of K/V per head, from L3 or DRAM). Each query still sees its keys in ascending order
-    # through the same dot, exp and FMA steps as `_attention_vec`.
-    page_size = k_store.shape[1]
-    group = n_heads // n_kv_heads
-    scale32 = np.float32(scale)
-    cap32 = np.float32(cap)
-    for idx in prange(tile_lo.shape[0] * n_kv_heads):
-        lo = tile_lo[idx // n_kv_heads]
-        kvh = idx % n_kv_heads
-        nq = (tile_hi[idx // n_kv_heads] - lo) * group
-        table = page_tables[seq_index[lo]]
-        firsts = np.empty(nq, np.int64)
-        ms = np.full(nq, -np.inf, np.float32)
-        kmin = positions[lo]
-        kmax = positions[lo]
-        longest = 0
-        for qi in range(nq):
-            pos = positions[lo + qi // group]
-            first = 0
-            if window > 0 and pos - window + 1 > 0:
-                first = pos - window + 1
-            firsts[qi] = first
-            kmin = min(kmin, first)
-            kmax = max(kmax, pos)
-            longest = max(longest, pos + 1 - first)
-        scores = np.empty((nq, (longest + 15) // 16 * 16), np.float32)
-        ko = kvh * key_dim
-        vo = kvh * value_dim
-        for pi in range(kmin // page_size, kmax // page_size + 1):
-            page = table[pi]
-            base = pi * page_size
-            for qi in range(nq):
-                t = lo + qi // group
-                first = firsts[qi]
-                s0 = max(first, base) - base
-                s1 = min(positions[t] + 1, base + page_size) - base
-                qrow = q[t]
-                qo = (kvh * group + qi % group) * key_dim
-                srow = scores[qi]
-                m = ms[qi]
-                for s in range(s0, s1):
-                    krow = k_store[page, s]
-                    acc = vzero()
-                    acc2 = vzero()
-                    for c in range(0, key_dim, 32):
-                        acc = vfma_vx(acc, vld(qrow, qo + c), krow, ko + c)
-                        acc2 = vfma_vx(acc2, vld(qrow, qo + c + 16), krow, ko + c + 16)
-                    sc = vhsum(vadd(acc, acc2)) * scale32
-                    if cap32 > 0.0:
-                        sc = cap32 * np.float32(math.tanh(sc / cap32))
-                    srow[base + s - first] = sc
-                    if sc > m:
-                        m = sc
-                ms[qi] = m
-        invs = np.empty(nq, np.float32)
-        for qi in range(nq):
-            srow = scores[qi]
-            n = positions[lo + qi // group] + 1 - firsts[qi]
-            n16 = (n + 15) // 16 * 16
-            for i in range(n, n16):
-                srow[i] = ms[qi]
-            mv = vsplat(ms[qi])
-            for i in range(0, n16, 16):
-                vst(srow, i, vexp(vsub(vld(srow, i), mv)))
-            for i in range(n, n16):
-                srow[i] = 0.0
-            dv = vzero()
-            for i in range(0, n16, 16):
-                dv = vadd(dv, vld(srow, i))
-            invs[qi] = np.float32(1.0) / vhsum(dv)
-        acc_v = np.zeros((nq, value_dim), np.float32)
-        for pi in range(kmin // page_size, kmax // page_size + 1):
-            page = table[pi]
-            base = pi * page_size
-            for qi in range(nq):
-                t = lo + qi // group
-                first = firsts[qi]
-                s0 = max(first, base) - base
-                s1 = min(positions[t] + 1, base + page_size) - base
-                if s0 >= s1:
-                    continue
-                srow = scores[qi]
-                arow = acc_v[qi]
-                for c in range(0, value_dim, 64):
-                    a0 = vld(arow, c)
-                    a1 = vld(arow, c + 16)
-                    a2 = vld(arow, c + 32)
-                    a3 = vld(arow, c + 48)
-                    for s in range(s0, s1):
-                        vrow = v_store[page, s]
-                        w = srow[base + s - first]
-                        a0 = vfma_s(a0, vld(vrow, vo + c), w)
-                        a1 = vfma_s(a1, vld(vrow, vo + c + 16), w)
-                        a2 = vfma_s(a2, vld(vrow, vo + c + 32), w)
-                        a3 = vfma_s(a3, vld(vrow, vo + c + 48), w)
-                    vst(arow, c, a0)
-                    vst(arow, c + 16, a1)
-                    vst(arow, c + 32, a2)
-                    vst(arow, c + 48, a3)
-        for qi in range(nq):
-            orow = out[lo + qi // group]
-            oo = (kvh * group + qi % group) * value_dim
-            arow = acc_v[qi]
-            for c in range(0, value_dim, 16):
-                vst(orow, oo + c, vfma_s(vzero(), vld(arow, c), invs[qi]))
 
 
 @_par

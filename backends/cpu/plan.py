@@ -297,8 +297,7 @@ class CpuPlan:
                 float(node.softcap), int(node.window))
         if store.spec.dtype == "f32":
             ks, vs = store.layer_arrays(node.layer)[:2]
-            # prefill segments in query tiles, and from position 512 on as GEMMs shared out over the
-            # plan's threads (`ops.attention_f32`)
+            # prefill segments as GEMMs shared out over the plan's threads (`ops.attention_f32`)
             return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args,
                                                out[:count(p)], p.large_segments, p.pool)
         layer = node.layer
@@ -316,9 +315,9 @@ class CpuPlan:
                 kp[:length], vp[:length] = k, v
                 table = np.arange(n_pages, dtype=np.int64)[None, :]
                 result = np.empty((len(idx), out.shape[1]), np.float32)  # out[idx] would be a copy
-                tiles = [(0, len(idx))] if len(idx) > GROUPED_MAX_ROWS else []
+                segments = [(0, len(idx))] if len(idx) > GROUPED_MAX_ROWS else []
                 ops.attention_f32(np.ascontiguousarray(q[idx]), p.positions[idx], np.zeros(len(idx), np.int64), table,
-                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result, tiles,
+                                  kp.reshape(n_pages, ps, -1), vp.reshape(n_pages, ps, -1), *args, result, segments,
                                   p.pool)
                 out[idx] = result
         return attention_dequantizing

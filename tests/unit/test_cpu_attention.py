@@ -1,8 +1,7 @@
 """The cpu backend's prefill attention agrees with reference and with the per-row kernel.
 
-Two sequences share a pass over shuffled KV pages: one prefills a few hundred rows (query tiles
-before `GEMM_FROM_POSITION`, GEMM tasks of 64 query rows from there on), the other a handful (one
-task per token and head); GQA, a sliding window and a softcap each change which keys a segment's
+Two sequences share a pass over shuffled KV pages: one prefills a few hundred rows (GEMM tasks of
+64 query rows), the other a handful (one task per token and head); GQA, a sliding window and a softcap each change which keys a segment's
 queries see.
 """
 from __future__ import annotations
@@ -42,28 +41,31 @@ def _case(rng, lengths, starts, n_heads, n_kv_heads, dim):
 
 @pytest.mark.parametrize("n_heads,n_kv_heads,dim,cap,window", [(9, 3, 64, 0.0, 0), (4, 1, 128, 30.0, 0),
                                                                (6, 2, 64, 0.0, 100)])
-@pytest.mark.parametrize("gemm_from", [ops.GEMM_FROM_POSITION, 150, 0])
-def test_segments_match_reference_and_per_row_kernel(n_heads, n_kv_heads, dim, cap, window, gemm_from,
-                                                     monkeypatch):
-    monkeypatch.setattr(ops, "GEMM_FROM_POSITION", gemm_from)
+@pytest.mark.parametrize("block", [None, 32])
+def test_segments_match_reference_and_per_row_kernel(n_heads, n_kv_heads, dim, cap, window, block, monkeypatch):
+    if block:
+        from llamay_backends.cpu import segment_attention as module
+
+        monkeypatch.setattr(module, "BLOCK", block)
     rng = np.random.default_rng(n_heads * 100 + dim)
-    # sequence 0: 309 rows after a 20-token cached prefix, in query tiles, as GEMMs, or split
-    # between the two at position 150; sequence 1: 6 rows after 40 cached tokens (per-row tasks)
+    # sequence 0: 309 rows after a 20-token cached prefix (GEMM tasks over blocks of BLOCK keys,
+    # or of 32: many blocks, some skipped by the window); sequence 1: 6 rows after 40 cached
+    # tokens (per-row tasks)
     q, positions, seq_index, tables, ks, vs, kv = _case(rng, [329, 46], [20, 40], n_heads, n_kv_heads, dim)
     scale = dim ** -0.5
     args = (n_heads, n_kv_heads, dim, dim, scale, cap, window)
-    tiled = np.full((len(q), n_heads * dim), np.nan, np.float32)
-    ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, tiled, [(0, 309)])  # the segment as GEMMs
-    per_row = np.full_like(tiled, np.nan)
+    segmented = np.full((len(q), n_heads * dim), np.nan, np.float32)
+    ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, segmented, [(0, 309)])  # the segment as GEMMs
+    per_row = np.full_like(segmented, np.nan)
     ops.attention_f32(q, positions, seq_index, tables, ks, vs, *args, per_row)
     for s, (k, v) in enumerate(kv):
         rows = seq_index == s
         want = attention_one_sequence(q[rows], positions[rows], k, v, n_heads, n_kv_heads, dim, dim, scale, cap,
                                       window)
-        np.testing.assert_allclose(tiled[rows], want, rtol=0, atol=2e-5)
-    np.testing.assert_allclose(tiled, per_row, rtol=0, atol=2e-6)
+        np.testing.assert_allclose(segmented[rows], want, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(segmented, per_row, rtol=0, atol=2e-6)
     # rows outside the segments take the per-row kernel: the same bits either way
-    np.testing.assert_array_equal(tiled[309:], per_row[309:])
+    np.testing.assert_array_equal(segmented[309:], per_row[309:])
 
 
 @pytest.mark.parametrize("window", [0, 1, 5, 16, 37, 200])
@@ -93,21 +95,19 @@ def test_a_segment_sees_exactly_its_window_from_any_start(window, start, sizes, 
     np.testing.assert_allclose(out, want, rtol=0, atol=2e-5)
 
 
-def test_query_tiles_are_cut_per_segment():
-    lo, hi = ops.query_tiles([(3, 40), (40, 57)])
-    assert lo.tolist() == [3, 19, 35, 40, 56]
-    assert hi.tolist() == [19, 35, 40, 56, 57]
-
-
-def test_a_row_gets_the_same_bits_whatever_segment_it_comes_in():
+@pytest.mark.parametrize("cap,window,block", [(0.0, 0, None), (30.0, 0, None), (0.0, 300, 64)])
+def test_a_row_gets_the_same_bits_whatever_segment_it_comes_in(cap, window, block, monkeypatch):
     # a forked context prefills its question as its own segment; the same text at once puts those
-    # rows in the middle of a longer one: fork and fresh prefill must generate the same tokens
+    # rows in the middle of a longer one: fork and fresh prefill must generate the same tokens.
+    # With a window, tasks skip the blocks before their rows' windows, a different number per cut.
     from llamay_backends.cpu import segment_attention as module
 
+    if block:
+        monkeypatch.setattr(module, "BLOCK", block)
     rng = np.random.default_rng(3)
     n_heads, n_kv_heads, dim = 6, 2, 64
     q, positions, _, tables, ks, vs, _ = _case(rng, [700], [0], n_heads, n_kv_heads, dim)
-    args = (n_heads, n_kv_heads, dim, dim, dim ** -0.5, 0.0, 0)
+    args = (n_heads, n_kv_heads, dim, dim, dim ** -0.5, cap, window)
     whole = np.full((len(q), n_heads * dim), np.nan, np.float32)
     module.segment_attention(q, positions, tables[0], ks, vs, *args, 0, len(q), whole)
     for cuts in ([0, 300, 700], [0, 17, 530, 700], [0, 611, 650, 700]):

@@ -32,11 +32,11 @@ def _drop_stale_numba_cache() -> None:
 
     Numba validates a cached function only against its own file's timestamp, but the
     kernels inline intrinsics from `_simd.py` and helpers from sibling modules, and the
-    backend's `ops.py` inlines `_simd.py` too, so an edit there would otherwise keep
-    serving stale machine code.
+    backend's `ops.py` and `segment_attention.py` inline `_simd.py` too, so an edit there would
+    otherwise keep serving stale machine code.
     """
     here = Path(__file__).resolve().parent
-    users = [here.parent / "ops.py"]
+    users = [here.parent / "ops.py", here.parent / "segment_attention.py"]
     digest = hashlib.sha256()
     for src in sorted(here.glob("*.py")) + users:
         digest.update(src.name.encode())

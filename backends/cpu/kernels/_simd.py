@@ -1057,6 +1057,51 @@ def vsub(typingctx, a, b):
 
 
 @intrinsic
+def vmul(typingctx, a, b):
+    """a * b, lane-wise."""
+    if a != f32x16 or b != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.fmul(args[0], args[1])
+
+    return f32x16(a, b), codegen
+
+
+@intrinsic
+def vmax(typingctx, a, b):
+    """The larger of a and b, lane-wise (exact: a maximum does not depend on the order taken)."""
+    if a != f32x16 or b != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.call(_llvm_fn(builder, "llvm.maxnum.v16f32", _vf, [_vf, _vf]), [args[0], args[1]])
+
+    return f32x16(a, b), codegen
+
+
+@intrinsic
+def vhmax(typingctx, v):
+    """The largest of the 16 lanes."""
+    if v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        n = LANES
+        while n > 1:
+            h = n // 2
+            ty = ir.VectorType(_f32, h)
+            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
+            x = builder.call(_llvm_fn(builder, f"llvm.maxnum.v{h}f32", ty, [ty, ty]), [lo, hi])
+            n = h
+        return builder.extract_element(x, ir.Constant(_i32, 0))
+
+    return types.float32(v), codegen
+
+
+@intrinsic
 def vgelu_mul(typingctx, g, u):
     """gelu(g) * u on 16 lanes, gelu by its tanh form: 0.5 g (1 + tanh(z)) = g / (1 + exp(-2z)),
     z = sqrt(2/pi) (g + 0.044715 g^3), so it costs one vector exp as silu does."""

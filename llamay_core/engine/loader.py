@@ -8,8 +8,8 @@ import attrs
 from gguf.constants import GGML_QUANT_SIZES
 
 from llamay_core.backend_api import KV_DTYPES, KvSpec, adopt_defaults, missing_members
-from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.engine.model import Model
+from llamay_core.engine.pass_size import DEFAULT_UBATCH
 from llamay_core.errors import BackendError, BackendFailure, LlamayError, ModelFileError, UsageError, one_line
 from llamay_core.files.gguf_file import GGUFFile, open_gguf
 from llamay_core.files.model_names import KNOWN_MODELS, resolve_model

@@ -176,16 +176,21 @@ def _h2f(builder, h):
     return builder.bitcast(builder.or_(bits, sign), fty)
 
 
-def _tree_sum(builder, x, flags):
-    """Sum of a float vector's lanes by a fixed halving tree (shuffles and adds)."""
+def _tree_reduce(builder, x, combine):
+    """A float vector's lanes folded by a fixed halving tree: combine(low half, high half)."""
     n = x.type.count
     while n > 1:
         h = n // 2
         lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
         hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-        x = builder.fadd(lo, hi, flags=flags)
+        x = combine(lo, hi)
         n = h
     return builder.extract_element(x, ir.Constant(_i32, 0))
+
+
+def _tree_sum(builder, x, flags):
+    """Sum of a float vector's lanes by a fixed halving tree (shuffles and adds)."""
+    return _tree_reduce(builder, x, lambda lo, hi: builder.fadd(lo, hi, flags=flags))
 
 
 # Pointer arithmetic below assumes unit stride, so only C-contiguous 1-D arrays type-check.
@@ -1087,16 +1092,11 @@ def vhmax(typingctx, v):
         return None
 
     def codegen(context, builder, sig, args):
-        x = args[0]
-        n = LANES
-        while n > 1:
-            h = n // 2
-            ty = ir.VectorType(_f32, h)
-            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h))))
-            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(_i32, h), list(range(h, n))))
-            x = builder.call(_llvm_fn(builder, f"llvm.maxnum.v{h}f32", ty, [ty, ty]), [lo, hi])
-            n = h
-        return builder.extract_element(x, ir.Constant(_i32, 0))
+        def larger(lo, hi):
+            ty = lo.type
+            return builder.call(_llvm_fn(builder, f"llvm.maxnum.v{ty.count}f32", ty, [ty, ty]), [lo, hi])
+
+        return _tree_reduce(builder, args[0], larger)
 
     return types.float32(v), codegen
 

@@ -36,6 +36,18 @@ class CpuWeight:
         else:
             self.vector = None
             self.rows = np.ascontiguousarray(t.raw_rows())
+        self._interleaved: np.ndarray | None = None
+
+    def interleaved(self) -> np.ndarray | None:
+        """The rows interleaved eight at a time for the int8 decode kernel (`kernels/interleaved.py`),
+        packed on first use and shared by every plan; None where the format or shape has none."""
+        from llamay_backends.cpu import kernels
+
+        if self._interleaved is None and self.rows is not None:
+            cols = kernels.row_elems(self.code, self.rows.shape[1])
+            if kernels.can_interleave(self.code, self.rows.shape[0], cols):
+                self._interleaved = kernels.interleave(self.code, self.rows)
+        return self._interleaved
 
 
 class CpuBackend(BackendBase):
@@ -82,8 +94,9 @@ class CpuBackend(BackendBase):
             level += f" (forced by {isa.ENV})"
         dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else None
         decode = f"int8 activations ({dot})" if self.activations == "int8" and dot else "float activations"
+        repack = "8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)" if "int8" in decode else "off"
         return {"kernels": level, "matmul": f"cpu, decode {decode}", "gemm": "dequantized tiles + BLAS sgemm",
-                "repack": "off"}
+                "repack": repack}
 
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> dict[str, CpuWeight]:
         t0 = time.perf_counter()

@@ -233,13 +233,17 @@ class CpuPlan:
         after_select = node.x in self._selected
         # the logits matmul stays exact: int8 activations there move near-tied logits directly
         int8 = self.int8_decode and not after_select and kernels.uses_q8(code)
-        grouped = self._decode_kernel(code, rows, x.shape[1], int8=int8)
+        # int8 decode reads the formats it can interleave eight rows at a time (`kernels/interleaved.py`)
+        # from that layout only, and prefill rebuilds its tiles from it: one copy of the weight in use
+        packed = wt.interleaved() if int8 else None
+        grouped = self._decode_kernel(code, rows, packed, x.shape[1], int8=int8)
+        weight, interleaved = (rows, False) if packed is None else (packed, True)
 
         def large(a: int, b: int, p: PassInfo) -> None:
             # int8: the activations the int8 kernels see, so a prompt's tokens get the same
             # activations whether the prompt comes at once or in small chunks
             xs = self._q8_scratch(node.x, a, b, p) if int8 else x[a:b]
-            kernels.matmul(code, rows, xs, out[a:b], pool=p.pool, workers=p.workers)
+            kernels.matmul(code, weight, xs, out[a:b], pool=p.pool, workers=p.workers, interleaved=interleaved)
 
         def matmul(p: PassInfo) -> None:
             n = count(p)
@@ -247,16 +251,16 @@ class CpuPlan:
                 # logit rows: a few per sequence (decode, draft verification) unless logits() asked
                 # for a whole prompt's, where BLAS tiles win and no other sequence shares the pass
                 if p.logits_small:
-                    grouped(rows, x[:n], out[:n])
+                    grouped(x[:n], out[:n])
                 else:
                     kernels.matmul(code, rows, x[:n], out[:n], pool=p.pool, workers=p.workers)
             elif p.all_small:  # decode: each token's bits are the same alone or in any group
-                grouped(rows, x[:n], out[:n])
+                grouped(x[:n], out[:n])
             else:
                 if len(p.small_rows):
                     xs = x[p.small_rows]
                     os_ = np.empty((len(p.small_rows), out.shape[1]), np.float32)
-                    grouped(rows, xs, os_)
+                    grouped(xs, os_)
                     out[p.small_rows] = os_
                 for a, b in p.large_segments:
                     large(a, b, p)
@@ -278,15 +282,20 @@ class CpuPlan:
             self._q8_key[x.shape[1]] = key
         return out
 
-    def _decode_kernel(self, code: int, rows: np.ndarray, cols: int,
-                       int8: bool) -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
-        """The kernel for a sequence's few rows (decode, draft verification): f(w, X, OUT).
+    def _decode_kernel(self, code: int, rows: np.ndarray, packed: np.ndarray | None, cols: int,
+                       int8: bool) -> Callable[[np.ndarray, np.ndarray], None]:
+        """The kernel for a sequence's few rows (decode, draft verification): f(X, OUT).
 
-        The grouped kernels (`kernels/_grouped.py`) unpack each weight run once for up to eight
-        rows and give a row the same bits alone or beside others. int8 (where `uses_q8`: AVX2 or
-        VNNI dots): each row of X is quantized on its own to int8 per 32, integer dots; else float.
+        int8 (where `uses_q8`: AVX2 or VNNI dots): each row of X is quantized on its own to int8
+        per 32, integer dots, on the interleaved weight where there is one (`packed`: eight rows
+        per vector, `kernels/_interleaved.py`), else the grouped int8 kernel. Float: the grouped
+        kernels (`kernels/_grouped.py`) unpack each weight run once for up to eight rows. Every
+        one gives a row the same bits alone or beside others.
         """
-        return kernels.grouped_kernel(code, rows, cols, int8=int8)
+        if packed is not None:
+            return kernels.interleaved_kernel(code, packed, cols)
+        fn = kernels.grouped_kernel(code, rows, cols, int8=int8)
+        return lambda X, OUT: fn(rows, X, OUT)
 
     def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
         count = self._count

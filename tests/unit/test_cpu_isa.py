@@ -51,11 +51,12 @@ def test_avx2_build_matches_reference():
     # under AVX2 costs ~10 s of CI's budget, so one format per way of feeding them: unsigned nibbles
     # with an offset (Q4_0), a fifth bit and a minimum (Q5_1), signed bytes (Q8_0), 2-bit planes
     # (Q2_K), K-quant scales and minimums (Q4_K), signed 6-bit with two scales per run (Q6_K), and
-    # the float path's F16.
+    # the float path's F16. The interleaved int8 kernel (`exactly_the_scheme` in
+    # test_cpu_interleaved.py) runs for Q4_0, Q5_1 and Q8_0.
     formats = " or ".join(f"[{name}" for name in ("Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q4_K", "Q6_K", "F16"))
     selection = (f"(matmul_q8_matches_reference or matvec_float_matches_reference or exactly_the_scheme) "
                  f"and ({formats})")
-    files = ["tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py"]
+    files = ["tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py", "tests/unit/test_cpu_interleaved.py"]
     done = _run(["-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-k", selection], {})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout

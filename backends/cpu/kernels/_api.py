@@ -22,6 +22,9 @@ from numba import literally, njit, prange
 
 from . import formats as F
 from ._grouped import GROUP_MAX, grouped_q8_rows, grouped_rows, has_grouped, has_grouped_q8
+from ._interleaved import dequantize_tile as dequantize_interleaved_tile
+from ._interleaved import interleaved_kernel
+from .interleaved import ROWS
 from ._q8 import qdot_rows, quantize_q8
 from ._rows import XA_ROWS, XD, deq_row, dot_rows, x_sums
 from ._simd import HAS_AVX2, HAS_VNNI
@@ -499,7 +502,7 @@ def dequantize_rows(code, w, row_ids, out):
 
 
 def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_rows: int | None = None,
-           pool: Executor | None = None, workers: int = 1) -> None:
+           pool: Executor | None = None, workers: int = 1, interleaved: bool = False) -> None:
     """OUT = X @ W.T for prefill: X float32[T, cols], OUT float32[T, rows] (C-contiguous).
 
     Strategy (a), the measured winner at T=256 (3-6x over the int8 kernels): dequantize
@@ -512,45 +515,61 @@ def matmul(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, *, tile_row
     dequantized and multiplied on a pool thread (both steps release the GIL) with its own tile
     buffer: the cores share the work through one pool while BLAS itself stays on one thread
     per call, so no second thread pool spins against this one (see `CpuPlan.__call__`).
+
+    interleaved: `w` is in the eight-row layout of `interleaved.py` (`interleaved.pack`); tiles
+    are rebuilt row by row into the same floats, and few tokens take the interleaved kernel.
     """
     code = int(code)
     T, cols = X.shape
-    rows = w.shape[0]
+    rows = w.shape[0] * (ROWS if interleaved else 1)
     if OUT.shape != (T, rows):
         raise ValueError("OUT must be float32[T, rows]")
-    if T <= SMALL_T:
+    if interleaved:
+        if T <= SMALL_T:
+            interleaved_kernel(code, w, cols)(X, OUT)
+            return
+        interleaved_kernel(code, w, cols)  # validates the geometry
+    elif T <= SMALL_T:
         if uses_q8(code):
             matmul_q8(code, w, X, OUT)
         else:
             matmul_fused(code, w, X, OUT)
         return
-    _check(code, w, cols)
+    else:
+        _check(code, w, cols)
     if code == F.F32:
         np.matmul(X, w.view(np.float32).T, out=OUT)
         return
+    # interleaved tiles start on a row group
+    align = ROWS if interleaved else 1
     if tile_rows is None:
         tile_rows = max(64, min(TILE_ROWS, TILE_BYTES // (4 * max(cols, 1))))
-    tile_rows = max(1, min(tile_rows, rows))
+    tile_rows = max(align, min(tile_rows, rows) // align * align)
     starts = list(range(0, rows, tile_rows))
     if pool is None or workers <= 1 or len(starts) < 2:
-        _tiles(code, w, X, OUT, starts, tile_rows)
+        _tiles(code, w, X, OUT, starts, tile_rows, interleaved)
         return
     # smaller tiles when there are fewer tiles than workers, so every worker gets some
     if len(starts) < 2 * workers:
-        tile_rows = max(16, -(-rows // (2 * workers)))
+        tile_rows = -(-max(16, -(-rows // (2 * workers))) // align) * align
         starts = list(range(0, rows, tile_rows))
     share = -(-len(starts) // workers)
-    jobs = [pool.submit(_tiles, code, w, X, OUT, starts[i:i + share], tile_rows) for i in range(0, len(starts), share)]
+    jobs = [pool.submit(_tiles, code, w, X, OUT, starts[i:i + share], tile_rows, interleaved)
+            for i in range(0, len(starts), share)]
     for job in jobs:
         job.result()
 
 
-def _tiles(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, starts: list[int], tile_rows: int) -> None:
-    rows, cols = w.shape[0], X.shape[1]
+def _tiles(code: int, w: np.ndarray, X: np.ndarray, OUT: np.ndarray, starts: list[int], tile_rows: int,
+           interleaved: bool = False) -> None:
+    rows, cols = OUT.shape[1], X.shape[1]
     buf = np.empty((tile_rows, cols), np.float32)
     for r0 in starts:
         r1 = min(rows, r0 + tile_rows)
         n = r1 - r0
-        _dequantize_tile(code, w, r0, r1, buf)
+        if interleaved:
+            dequantize_interleaved_tile(code, w, r0, r1, buf)
+        else:
+            _dequantize_tile(code, w, r0, r1, buf)
         # sgemm writes the strided column block OUT[:, r0:r1] directly (ldc = rows)
         np.matmul(X, buf[:n].T, out=OUT[:, r0:r1])

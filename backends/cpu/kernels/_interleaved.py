@@ -1,0 +1,366 @@
+"""The int8 decode kernel on interleaved weights (`interleaved.py`): eight rows per vector.
+
+A token's dot with rows 8g..8g+7 keeps one f32x8 accumulator whose lane r is row r. Per block
+k: eight `vpdpbusd` steps (AVX2: `vpmaddubsw` + `vpmaddwd`), each multiplying four quants of
+every row by the same four int8 activations, broadcast; then the integer sums become floats
+once, scaled by the eight rows' half scales (one vector conversion) times the activations'
+block scale. Offsets (a format's zero point, Q4_0's -8 d, or a minimum) go to a second f32x8,
+`tail`, added at the end: out = acc + c * tail, c a power of two or 1, so exact.
+
+Same contract as the grouped kernels (`_grouped.py`): a token's bits do not depend on the other
+tokens of the call. Each token walks the row group alone with the same sequence of exact
+integer dots and explicit `llvm.fma`s, no fast-math flags; a group's tiles stay in L1 for the
+next token.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from llvmlite import ir
+from numba import literally, njit, prange
+from numba.core import types
+from numba.extending import intrinsic, models, register_model
+
+from . import formats as F
+from ._q8 import quantize_q8
+from ._rows import XA_ROWS, XC32, XD, deq_row
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array,
+                    _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
+                    vz8)
+from .interleaved import LAYOUTS, ROWS, unpack_group
+
+_exact = njit(cache=True, nogil=True)
+# Row groups per parallel task: 16 rows, as the other decode kernels' ROWS_PER_TASK.
+GROUPS_PER_TASK = 2
+
+
+class I32x8Type(types.Type):
+    """8 int32 lanes (an LLVM <8 x i32>): the exact integer sums of one block, lane r = row r."""
+
+    def __init__(self):
+        super().__init__(name="llamay.I32x8")
+
+
+i32x8 = I32x8Type()
+
+
+@register_model(I32x8Type)
+class _I32x8Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vi8)
+
+
+def _load32(context, builder, sig, args, i):
+    return builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], _vb32), align=1)
+
+
+def _bcast4(context, builder, sig, args, i):
+    """xq[xo:xo+4] repeated in every 32-bit lane, as 32 bytes."""
+    word = builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], _i32), align=1)
+    return builder.bitcast(_splat(builder, word, _vi8), _vb32)
+
+
+def _dpbusd_acc(builder, acc, u, s):
+    """acc + (lane i: sum_k u8(u[4i+k]) * s8(s[4i+k])), exactly (u <= 128 where AVX2 pairs them)."""
+    if HAS_VNNI:
+        fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.256", _vi8, [_vi8, _vi8, _vi8])
+        return builder.call(fn, [acc, builder.bitcast(u, _vi8), builder.bitcast(s, _vi8)])
+    if HAS_AVX2:
+        vh16 = ir.VectorType(_i16, 16)
+        pairs = builder.call(_llvm_fn(builder, "llvm.x86.avx2.pmadd.ub.sw", vh16, [_vb32, _vb32]), [u, s])
+        ones = ir.Constant(vh16, [1] * 16)
+        return builder.add(acc, builder.call(_llvm_fn(builder, "llvm.x86.avx2.pmadd.wd", _vi8, [vh16, vh16]), [pairs, ones]))
+    m = builder.mul(builder.zext(u, _vi32x32), builder.sext(s, _vi32x32), flags=("nsw",))
+    parts = [builder.shuffle_vector(m, m, ir.Constant(_vi8, list(range(k, 32, 4)))) for k in range(4)]
+    return builder.add(acc, builder.add(builder.add(parts[0], parts[1]), builder.add(parts[2], parts[3])))
+
+
+@intrinsic
+def iz8(typingctx):
+    """All-zero i32x8."""
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_vi8, None)
+
+    return i32x8(), codegen
+
+
+@intrinsic
+def iadd8(typingctx, a, b):
+    """a + b on i32x8 (exact)."""
+    if a != i32x8 or b != i32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.add(args[0], args[1])
+
+    return i32x8(a, b), codegen
+
+
+@intrinsic
+def nib(typingctx, w, off, shift):
+    """(w[off:off+32] >> shift) & 15 on byte lanes: one step's 4-bit quants (shift 0 or 4)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = _load32(context, builder, sig, args, 0)
+        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
+        return builder.and_(builder.lshr(v, s), ir.Constant(_vb32, [15] * 32))
+
+    return i8x32(w, off, shift), codegen
+
+
+@intrinsic
+def bit5(typingctx, w, off, j):
+    """16 where bit j of byte w[off+l] is set, else 0, for l < 32: step j's fifth bits."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = _load32(context, builder, sig, args, 0)
+        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
+        one = builder.and_(builder.lshr(v, s), ir.Constant(_vb32, [1] * 32))
+        return builder.shl(one, ir.Constant(_vb32, [4] * 32))
+
+    return i8x32(w, off, j), codegen
+
+
+@intrinsic
+def dpb(typingctx, acc, u, xq, xo):
+    """acc + dot4(u, xq[xo:xo+4] in every lane): four unsigned quants of each of 8 rows."""
+    if acc != i32x8 or u != i8x32 or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _dpbusd_acc(builder, args[0], args[1], _bcast4(context, builder, sig, args, 2))
+
+    return i32x8(acc, u, xq, xo), codegen
+
+
+@intrinsic
+def dpbs(typingctx, acc, w, off, xq, xo):
+    """As `dpb` for 32 *signed* quants at w[off:off+32] (Q8_0): |q| against x with q's signs,
+    so AVX2's saturating pair sums stay exact (|q| <= 128, |x| <= 127)."""
+    if acc != i32x8 or not _is_u8_array(w) or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        q = _load32(context, builder, sig, args, 1)
+        x = _bcast4(context, builder, sig, args, 3)
+        zero = ir.Constant(_vb32, None)
+        neg = builder.icmp_signed("<", q, zero)
+        u = builder.select(neg, builder.sub(zero, q), q)
+        sx = builder.select(neg, builder.sub(zero, x), x)
+        return _dpbusd_acc(builder, args[0], u, sx)
+
+    return i32x8(acc, w, off, xq, xo), codegen
+
+
+def _halves8(context, builder, sig, args, i):
+    """Eight halfs at w[off:off+16] (args i, i+1) as f32x8."""
+    h = builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], ir.VectorType(_i16, 8)), align=1)
+    return _h2f(builder, h)
+
+
+def _fma8(builder, a, b, c):
+    return builder.call(_llvm_fn(builder, "llvm.fma.v8f32", _vf8, [_vf8, _vf8, _vf8]), [a, b, c])
+
+
+@intrinsic
+def scale_add(typingctx, acc, dot, w, off, dx):
+    """fma(float(dot), d * dx, acc) with d the eight half scales at w[off:off+16]."""
+    if acc != f32x8 or dot != i32x8 or not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        d = _halves8(context, builder, sig, args, 2)
+        s = builder.fmul(d, _splat(builder, context.cast(builder, args[4], sig.args[4], types.float32), _vf8))
+        return _fma8(builder, builder.sitofp(args[1], _vf8), s, args[0])
+
+    return f32x8(acc, dot, w, off, dx), codegen
+
+
+@intrinsic
+def halves_add(typingctx, acc, w, off, c):
+    """fma(h, c, acc) with h the eight halfs at w[off:off+16]: a block's offsets times sum(x)."""
+    if acc != f32x8 or not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        h = _halves8(context, builder, sig, args, 1)
+        c = _splat(builder, context.cast(builder, args[3], sig.args[3], types.float32), _vf8)
+        return _fma8(builder, h, c, args[0])
+
+    return f32x8(acc, w, off, c), codegen
+
+
+@intrinsic
+def store_rows(typingctx, out, oo, acc, tail, c):
+    """out[oo:oo+8] = acc + tail * c (c a power of two or 0: the product is exact)."""
+    if not _is_f32_array(out) or acc != f32x8 or tail != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        c = _splat(builder, context.cast(builder, args[4], sig.args[4], types.float32), _vf8)
+        v = builder.fadd(args[2], builder.fmul(args[3], c))
+        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], _vf8), align=4)
+        return context.get_dummy_value()
+
+    return types.none(out, oo, acc, tail, c), codegen
+
+
+@_exact
+def _offset_scale(code):
+    # out = acc + c * tail: the zero point of a signed format in units of d (tail sums d * sum x),
+    # 1 where tail sums the minima, 0 where there is no offset (Q8_0's quants are signed)
+    if code == F.Q4_0:
+        return np.float32(-8.0)
+    if code == F.Q5_0:
+        return np.float32(-16.0)
+    if code == F.Q8_0:
+        return np.float32(0.0)
+    return np.float32(1.0)
+
+
+@_exact
+def _nibble_steps(code, wg, o, q, hb, xq, e):
+    """The eight steps of one 4- or 5-bit block: (sum of steps 0-3, sum of steps 4-7)."""
+    five = code == F.Q5_0 or code == F.Q5_1
+    a = iz8()
+    b = iz8()
+    for p in range(4):
+        lo = nib(wg, o + q + 32 * p, 0)
+        hi = nib(wg, o + q + 32 * p, 4)
+        if five:
+            lo = b_or(lo, bit5(wg, o + hb, p))
+            hi = b_or(hi, bit5(wg, o + hb, p + 4))
+        a = dpb(a, lo, xq, e + 4 * p)
+        b = dpb(b, hi, xq, e + 16 + 4 * p)
+    return a, b
+
+
+@_exact
+def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
+    """out[oo:oo+8] = the eight rows of group `wg` (one interleaved row) . x, x given as int8
+    (`quantize_q8`'s xq, xa); `code` a literal, tile/q/m/hb the format's `TileLayout` offsets."""
+    literally(code)
+    nb = xq.shape[0] // 32
+    acc = vz8()
+    tail = vz8()
+    for k in range(nb):
+        o = k * tile
+        prefetch(wg, o + PREFETCH_BYTES)
+        e = k * 32
+        if code == F.Q8_0:
+            a = iz8()
+            b = iz8()
+            for p in range(4):
+                a = dpbs(a, wg, o + q + 64 * p, xq, e + 8 * p)
+                b = dpbs(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
+        else:
+            a, b = _nibble_steps(code, wg, o, q, hb, xq, e)
+        acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
+        if m >= 0:
+            tail = halves_add(tail, wg, o + m, xa[XC32, k])
+        elif code != F.Q8_0:
+            tail = halves_add(tail, wg, o, xa[XC32, k])
+    store_rows(out, oo, acc, tail, _offset_scale(code))
+
+
+@_exact
+def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, tile, q, m, hb):
+    """OUT[t, 8g:8g+8] for groups g0..g1-1 and every token t (serial; callers parallelize)."""
+    literally(code)
+    for g in range(g0, g1):
+        wg = wp[g]
+        for t in range(XQ.shape[0]):
+            token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
+
+
+@njit(parallel=True, cache=True)
+def _tasks(code, wp, X, OUT, tile, q, m, hb):
+    literally(code)
+    T, cols = X.shape
+    XQ = np.empty((T, cols), np.int8)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
+    for t in range(T):  # serial: a second parallel region costs a barrier for microseconds of work
+        quantize_q8(X[t], XQ[t], XA[t])
+    groups = wp.shape[0]
+    for c in prange((groups + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK):
+        g0 = c * GROUPS_PER_TASK
+        interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, min(groups, g0 + GROUPS_PER_TASK), tile, q, m, hb)
+
+
+# one entry per format, so each compiles (and caches) on its first use only
+@njit(cache=True)
+def _q4_0(wp, X, OUT, tile, q, m, hb):
+    _tasks(2, wp, X, OUT, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q4_1(wp, X, OUT, tile, q, m, hb):
+    _tasks(3, wp, X, OUT, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q5_0(wp, X, OUT, tile, q, m, hb):
+    _tasks(6, wp, X, OUT, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q5_1(wp, X, OUT, tile, q, m, hb):
+    _tasks(7, wp, X, OUT, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q8_0(wp, X, OUT, tile, q, m, hb):
+    _tasks(8, wp, X, OUT, tile, q, m, hb)
+
+
+_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0}
+
+
+def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray], None]:
+    """f(X, OUT): OUT = X @ W.T from int8 activations, W = `wp` interleaved (`interleaved.pack`) with
+    `cols` columns; X float32[T, cols], OUT float32[T, rows], C-contiguous. A token's row of OUT
+    has the same bits whatever else X holds. The geometry is checked here once, and T per call
+    (the SIMD loads do no bounds checks)."""
+    lay = LAYOUTS[code]
+    if cols % 32 or wp.ndim != 2 or wp.dtype != np.uint8 or wp.shape[1] != ROWS * (cols // 32) * lay.block:
+        raise ValueError(f"not an interleaved {F.TYPE_NAME[code]} weight of {cols} columns")
+    fn = _ENTRY[code]
+    rows = wp.shape[0] * ROWS
+    tile, q, m, hb = lay.tile, lay.q, lay.m, lay.hb
+
+    def run(X: np.ndarray, OUT: np.ndarray) -> None:
+        if X.shape[1] != cols or OUT.shape != (X.shape[0], rows):
+            raise ValueError(f"expected X float32[T, {cols}] and OUT float32[T, {rows}]")
+        fn(wp, X, OUT, tile, q, m, hb)
+    return run
+
+
+@njit(fastmath=True, cache=True, nogil=True)
+def _dequantize_tile(code, wp, r0, r1, out, block, qs, qs_bytes, qh, m, hb, q):
+    """out[i] = row r0+i of an interleaved weight as float32, the same values `deq_row` gives the
+    GGML row (it is rebuilt, then dequantized); r0 a multiple of 8. Serial, like `_dequantize_tile`."""
+    row_bytes = wp.shape[1] // ROWS
+    ggml = np.empty((ROWS, row_bytes), np.uint8)
+    for g in range(r0 // ROWS, (r1 + ROWS - 1) // ROWS):
+        unpack_group(wp[g], ggml, block, qs, qs_bytes, qh, m, hb, q)
+        for r in range(ROWS):
+            i = g * ROWS + r - r0
+            if 0 <= i < r1 - r0:
+                deq_row(code, ggml[r], out[i])
+
+
+def dequantize_tile(code: int, wp: np.ndarray, r0: int, r1: int, out: np.ndarray) -> None:
+    """out[i] = row r0+i (r0 a multiple of 8) of interleaved weight `wp` as float32: exactly what
+    `deq_row` gives the GGML row, which is rebuilt from the tile first."""
+    lay = LAYOUTS[code]
+    if r0 % ROWS or r0 < 0 or r1 > wp.shape[0] * ROWS or out.shape[0] < r1 - r0:
+        raise ValueError("row range out of bounds")
+    if out.shape[1] != wp.shape[1] // ROWS // lay.block * 32:
+        raise ValueError("out has the wrong number of columns")
+    _dequantize_tile(code, wp, r0, r1, out, lay.block, lay.qs, lay.qs_bytes, lay.qh, lay.m, lay.hb, lay.q)

@@ -25,7 +25,7 @@ from numba.extending import intrinsic, models, register_model
 from . import formats as F
 from ._q8 import quantize_q8
 from ._rows import XA_ROWS, XC32, XD, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array,
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i16, _i32, _is_f32_array, _is_i8_array,
                     _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
                     vz8)
 from .interleaved import LAYOUTS, ROWS, unpack_group

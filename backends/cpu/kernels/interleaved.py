@@ -26,7 +26,12 @@ from __future__ import annotations
 
 import attrs
 import numpy as np
+from llvmlite import ir
 from numba import njit
+from numba.core import types
+from numba.extending import intrinsic
+
+from ._simd import _i32, _is_u8_array, _ptr
 
 from . import formats as F
 
@@ -129,31 +134,61 @@ def _pack(w, out, block, qs, qs_bytes, qh, m, hb, q):
                         t[o + q + 32 * wd + 4 * r + c] = src[b + qs + 4 * wd + c]
 
 
+@intrinsic
+def words_to_rows(typingctx, t, to, dst, do, stride):
+    """Undo the word transposition for four words: the 128 bytes t[to:to+128] hold word w of row
+    r at 32w + 4r (w < 4, r < 8); row r's 16 bytes go to dst[do + r * stride:]. One shuffle."""
+    if not (_is_u8_array(t) and _is_u8_array(dst)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v8 = ir.VectorType(_i32, 8)
+        v = [builder.load(_ptr(context, builder, sig.args[0], args[0], builder.add(args[1], ir.Constant(args[1].type, 32 * w)), v8),
+                          align=1) for w in range(4)]
+        lo = builder.shuffle_vector(v[0], v[1], ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+        hi = builder.shuffle_vector(v[2], v[3], ir.Constant(ir.VectorType(_i32, 16), list(range(16))))
+        # all words [w * 8 + r] -> [r * 4 + w]
+        rows = builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 32), [w * 8 + r for r in range(8) for w in range(4)]))
+        v4 = ir.VectorType(_i32, 4)
+        do = context.cast(builder, args[3], sig.args[3], types.intp)
+        stride = context.cast(builder, args[4], sig.args[4], types.intp)
+        for r in range(8):
+            part = builder.shuffle_vector(rows, rows, ir.Constant(v4, [4 * r + w for w in range(4)]))
+            at = builder.add(do, builder.mul(stride, ir.Constant(stride.type, r)))
+            builder.store(part, _ptr(context, builder, sig.args[2], args[2], at, v4), align=1)
+        return context.get_dummy_value()
+
+    return types.none(t, to, dst, do, stride), codegen
+
+
+# bit j of a byte moved to bit 4j: undoes the hb transposition four bytes (i = 0..3) at a time
+_SPREAD = np.array([sum(((v >> j) & 1) << (4 * j) for j in range(8)) for v in range(256)], np.uint32)
+
+
 @njit(cache=True, nogil=True)
 def unpack_group(t, dst, block, qs, qs_bytes, qh, m, hb, q):
     """GGML bytes of the eight rows of one interleaved row group `t` into dst uint8[8, row_bytes]."""
-    nb = dst.shape[1] // block
+    row_bytes = dst.shape[1]
+    nb = row_bytes // block
     tile = ROWS * block
+    flat = dst.reshape(-1)
     for k in range(nb):
         o = k * tile
+        b = k * block
         for r in range(ROWS):
-            d = dst[r]
-            b = k * block
-            d[b] = t[o + 2 * r]
-            d[b + 1] = t[o + 2 * r + 1]
+            at = r * row_bytes + b
+            flat[at] = t[o + 2 * r]
+            flat[at + 1] = t[o + 2 * r + 1]
             if m >= 0:
-                d[b + 2] = t[o + m + 2 * r]
-                d[b + 3] = t[o + m + 2 * r + 1]
+                flat[at + 2] = t[o + m + 2 * r]
+                flat[at + 3] = t[o + m + 2 * r + 1]
             if qh >= 0:
-                bits = np.uint32(0)
-                for i in range(4):
-                    v = np.uint32(t[o + hb + 4 * r + i])
-                    for j in range(8):
-                        bits |= ((v >> np.uint32(j)) & np.uint32(1)) << np.uint32(4 * j + i)
-                d[b + qh] = np.uint8(bits & np.uint32(255))
-                d[b + qh + 1] = np.uint8((bits >> np.uint32(8)) & np.uint32(255))
-                d[b + qh + 2] = np.uint8((bits >> np.uint32(16)) & np.uint32(255))
-                d[b + qh + 3] = np.uint8(bits >> np.uint32(24))
-            for wd in range(qs_bytes // 4):
-                for c in range(4):
-                    d[b + qs + 4 * wd + c] = t[o + q + 32 * wd + 4 * r + c]
+                h = o + hb + 4 * r
+                bits = (_SPREAD[t[h]] | (_SPREAD[t[h + 1]] << np.uint32(1)) | (_SPREAD[t[h + 2]] << np.uint32(2))
+                        | (_SPREAD[t[h + 3]] << np.uint32(3)))
+                flat[at + qh] = np.uint8(bits & np.uint32(255))
+                flat[at + qh + 1] = np.uint8((bits >> np.uint32(8)) & np.uint32(255))
+                flat[at + qh + 2] = np.uint8((bits >> np.uint32(16)) & np.uint32(255))
+                flat[at + qh + 3] = np.uint8(bits >> np.uint32(24))
+        for wd in range(0, qs_bytes // 4, 4):
+            words_to_rows(t, o + q + 32 * wd, flat, b + qs + 4 * wd, row_bytes)

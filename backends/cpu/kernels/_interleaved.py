@@ -24,13 +24,16 @@ from numba.extending import intrinsic, models, register_model
 
 from . import formats as F
 from ._q8 import quantize_q8
-from ._rows import XA_ROWS, XC32, XD, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i16, _i32, _is_f32_array, _is_i8_array,
+from ._rows import XA_ROWS, XC16, XC32, XD, deq_row
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array,
                     _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
                     vz8)
-from .interleaved import LAYOUTS, ROWS, unpack_group
+from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
+# the K-quant tiles' offsets as plain ints, which Numba freezes into the code
+_Q4_K_TILE, _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.tile, Q4_K_LAYOUT.q_at, Q4_K_LAYOUT.scale_at, Q4_K_LAYOUT.mins_at
+_Q6_K_TILE, _Q6_K_QL, _Q6_K_QH, _Q6_K_SCALE = Q6_K_LAYOUT.tile, Q6_K_LAYOUT.q_at, Q6_K_LAYOUT.qh_at, Q6_K_LAYOUT.scale_at
 # Row groups per parallel task: 16 rows, as the other decode kernels' ROWS_PER_TASK.
 GROUPS_PER_TASK = 2
 
@@ -113,18 +116,19 @@ def nib(typingctx, w, off, shift):
 
 
 @intrinsic
-def bit5(typingctx, w, off, j):
-    """16 where bit j of byte w[off+l] is set, else 0, for l < 32: step j's fifth bits."""
+def high_bits(typingctx, w, off, shift, mask):
+    """((w[off+l] >> shift) & mask) << 4 for l < 32: a step's fifth bit (Q5_0, Q5_1: mask 1) or
+    fifth and sixth (Q6_K: mask 3), over the four low bits."""
     if not _is_u8_array(w):
         return None
 
     def codegen(context, builder, sig, args):
         v = _load32(context, builder, sig, args, 0)
         s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
-        one = builder.and_(builder.lshr(v, s), ir.Constant(_vb32, [1] * 32))
-        return builder.shl(one, ir.Constant(_vb32, [4] * 32))
+        mask = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
+        return builder.shl(builder.and_(builder.lshr(v, s), mask), ir.Constant(_vb32, [4] * 32))
 
-    return i8x32(w, off, j), codegen
+    return i8x32(w, off, shift, mask), codegen
 
 
 @intrinsic
@@ -211,6 +215,60 @@ def store_rows(typingctx, out, oo, acc, tail, c):
     return types.none(out, oo, acc, tail, c), codegen
 
 
+@intrinsic
+def halves(typingctx, w, off):
+    """The eight halfs at w[off:off+16] as f32x8 (eight rows' scales)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _halves8(context, builder, sig, args, 0)
+
+    return f32x8(w, off), codegen
+
+
+@intrinsic
+def scale_bytes(typingctx, d, w, off, signed):
+    """d * float(w[off:off+8]) lane by lane: eight rows' K-quant scales (bytes, int8 if `signed`);
+    exact, as a half times a 6- or 8-bit integer fits float32's mantissa."""
+    if d != f32x8 or not _is_u8_array(w) or not isinstance(signed, types.BooleanLiteral):
+        return None
+    as_signed = signed.literal_value
+
+    def codegen(context, builder, sig, args):
+        v = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], ir.VectorType(_i8, 8)), align=1)
+        f = builder.sitofp(v, _vf8) if as_signed else builder.uitofp(v, _vf8)
+        return builder.fmul(args[0], f)
+
+    return f32x8(d, w, off, signed), codegen
+
+
+@intrinsic
+def dot_add(typingctx, acc, dot, s, dx):
+    """fma(float(dot), s * dx, acc): a run's exact integer sums, scaled per row and by x's scale."""
+    if acc != f32x8 or dot != i32x8 or s != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        sx = builder.fmul(args[2], _splat(builder, context.cast(builder, args[3], sig.args[3], types.float32), _vf8))
+        return _fma8(builder, builder.sitofp(args[1], _vf8), sx, args[0])
+
+    return f32x8(acc, dot, s, dx), codegen
+
+
+@intrinsic
+def offset_add(typingctx, acc, s, c):
+    """fma(s, c, acc): eight rows' offsets (or scales) times one sum of x."""
+    if acc != f32x8 or s != f32x8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        c = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float32), _vf8)
+        return _fma8(builder, args[1], c, args[0])
+
+    return f32x8(acc, s, c), codegen
+
+
 @_exact
 def _offset_scale(code):
     # out = acc + c * tail: the zero point of a signed format in units of d (tail sums d * sum x),
@@ -221,6 +279,10 @@ def _offset_scale(code):
         return np.float32(-16.0)
     if code == F.Q8_0:
         return np.float32(0.0)
+    if code == F.Q4_K:
+        return np.float32(-1.0)
+    if code == F.Q6_K:
+        return np.float32(-32.0)
     return np.float32(1.0)
 
 
@@ -234,8 +296,8 @@ def _nibble_steps(code, wg, o, q, hb, xq, e):
         lo = nib(wg, o + q + 32 * p, 0)
         hi = nib(wg, o + q + 32 * p, 4)
         if five:
-            lo = b_or(lo, bit5(wg, o + hb, p))
-            hi = b_or(hi, bit5(wg, o + hb, p + 4))
+            lo = b_or(lo, high_bits(wg, o + hb, p, 1))
+            hi = b_or(hi, high_bits(wg, o + hb, p + 4, 1))
         a = dpb(a, lo, xq, e + 4 * p)
         b = dpb(b, hi, xq, e + 16 + 4 * p)
     return a, b
@@ -270,13 +332,83 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
 
 
 @_exact
+def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
+    # runs 2p (low nibbles) and 2p+1 (high) share a 32-byte word column; x blocks kx, kx + 1
+    d = halves(wg, o)
+    dmin = halves(wg, o + 16)
+    for p in range(4):
+        qo = o + _Q4_K_Q + 256 * p
+        kx = sb * 8 + 2 * p
+        e = kx * 32
+        a0, a1, b0, b1 = iz8(), iz8(), iz8(), iz8()
+        for w in range(4):
+            a0 = dpb(a0, nib(wg, qo + 32 * w, 0), xq, e + 4 * w)
+            a1 = dpb(a1, nib(wg, qo + 32 * w + 128, 0), xq, e + 16 + 4 * w)
+            b0 = dpb(b0, nib(wg, qo + 32 * w, 4), xq, e + 32 + 4 * w)
+            b1 = dpb(b1, nib(wg, qo + 32 * w + 128, 4), xq, e + 48 + 4 * w)
+        sc = o + _Q4_K_SCALE + 16 * p
+        mn = o + _Q4_K_MINS + 16 * p
+        acc = dot_add(acc, iadd8(a0, a1), scale_bytes(d, wg, sc, False), xa[XD, kx])
+        acc = dot_add(acc, iadd8(b0, b1), scale_bytes(d, wg, sc + 8, False), xa[XD, kx + 1])
+        tail = offset_add(tail, scale_bytes(dmin, wg, mn, False), xa[XC32, kx])
+        tail = offset_add(tail, scale_bytes(dmin, wg, mn + 8, False), xa[XC32, kx + 1])
+    return acc, tail
+
+
+@_exact
+def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
+    # run j = 4h + t: low four bits in ql chunk 2h + (t & 1) (nibble t >> 1), two high bits at
+    # 2t of qh chunk h; 16-quant groups 2j (steps 0-3) and 2j + 1 (steps 4-7)
+    d = halves(wg, o)
+    for h in range(2):
+        for t in range(4):
+            j = 4 * h + t
+            kx = sb * 8 + j
+            e = kx * 32
+            lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
+            hi = o + _Q6_K_QH + 256 * h
+            a, b = iz8(), iz8()
+            for w in range(4):
+                a = dpb(a, b_or(nib(wg, lo + 32 * w, 4 * (t >> 1)), high_bits(wg, hi + 32 * w, 2 * t, 3)), xq, e + 4 * w)
+                b = dpb(b, b_or(nib(wg, lo + 32 * w + 128, 4 * (t >> 1)), high_bits(wg, hi + 32 * w + 128, 2 * t, 3)),
+                        xq, e + 16 + 4 * w)
+            s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
+            s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+            acc = dot_add(acc, a, s0, xa[XD, kx])
+            acc = dot_add(acc, b, s1, xa[XD, kx])
+            tail = offset_add(tail, s0, xa[XC16, 2 * kx])
+            tail = offset_add(tail, s1, xa[XC16, 2 * kx + 1])
+    return acc, tail
+
+
+@_exact
+def token_rows_k(code, wg, xq, xa, out, oo, tile):
+    """As `token_rows` for the K-quants (Q4_K, Q6_K): one tile per 256-quant super-block."""
+    literally(code)
+    acc = vz8()
+    tail = vz8()
+    for sb in range(xq.shape[0] // 256):
+        o = sb * tile
+        for line in range(0, tile, 64):
+            prefetch(wg, o + line + PREFETCH_BYTES)
+        if code == F.Q4_K:
+            acc, tail = _q4_k_superblock(wg, o, xq, xa, sb, acc, tail)
+        else:
+            acc, tail = _q6_k_superblock(wg, o, xq, xa, sb, acc, tail)
+    store_rows(out, oo, acc, tail, _offset_scale(code))
+
+
+@_exact
 def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, tile, q, m, hb):
     """OUT[t, 8g:8g+8] for groups g0..g1-1 and every token t (serial; callers parallelize)."""
     literally(code)
     for g in range(g0, g1):
         wg = wp[g]
         for t in range(XQ.shape[0]):
-            token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
+            if code == F.Q4_K or code == F.Q6_K:
+                token_rows_k(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile)
+            else:
+                token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
 
 
 @njit(parallel=True, cache=True)
@@ -319,7 +451,17 @@ def _q8_0(wp, X, OUT, tile, q, m, hb):
     _tasks(8, wp, X, OUT, tile, q, m, hb)
 
 
-_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0}
+@njit(cache=True)
+def _q4_k(wp, X, OUT, tile, q, m, hb):
+    _tasks(12, wp, X, OUT, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q6_k(wp, X, OUT, tile, q, m, hb):
+    _tasks(14, wp, X, OUT, tile, q, m, hb)
+
+
+_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q6_K: _q6_k}
 
 
 def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray], None]:
@@ -327,12 +469,13 @@ def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.nda
     `cols` columns; X float32[T, cols], OUT float32[T, rows], C-contiguous. A token's row of OUT
     has the same bits whatever else X holds. The geometry is checked here once, and T per call
     (the SIMD loads do no bounds checks)."""
-    lay = LAYOUTS[code]
-    if cols % 32 or wp.ndim != 2 or wp.dtype != np.uint8 or wp.shape[1] != ROWS * (cols // 32) * lay.block:
+    per_block = 256 if code in SUPER_LAYOUTS else 32
+    if cols % per_block or wp.ndim != 2 or wp.dtype != np.uint8 or wp.shape[1] != cols // per_block * tile_bytes(code):
         raise ValueError(f"not an interleaved {F.TYPE_NAME[code]} weight of {cols} columns")
     fn = _ENTRY[code]
     rows = wp.shape[0] * ROWS
-    tile, q, m, hb = lay.tile, lay.q, lay.m, lay.hb
+    lay = LAYOUTS.get(code)
+    tile, q, m, hb = (lay.tile, lay.q, lay.m, lay.hb) if lay else (tile_bytes(code), 0, -1, -1)
 
     def run(X: np.ndarray, OUT: np.ndarray) -> None:
         if X.shape[1] != cols or OUT.shape != (X.shape[0], rows):
@@ -345,10 +488,13 @@ def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.nda
 def _dequantize_tile(code, wp, r0, r1, out, block, qs, qs_bytes, qh, m, hb, q):
     """out[i] = row r0+i of an interleaved weight as float32, the same values `deq_row` gives the
     GGML row (it is rebuilt, then dequantized); r0 a multiple of 8. Serial, like `_dequantize_tile`."""
-    row_bytes = wp.shape[1] // ROWS
-    ggml = np.empty((ROWS, row_bytes), np.uint8)
+    tile = _Q4_K_TILE if code == F.Q4_K else _Q6_K_TILE if code == F.Q6_K else ROWS * block
+    ggml = np.empty((ROWS, wp.shape[1] // tile * block), np.uint8)
     for g in range(r0 // ROWS, (r1 + ROWS - 1) // ROWS):
-        unpack_group(wp[g], ggml, block, qs, qs_bytes, qh, m, hb, q)
+        if code == F.Q4_K or code == F.Q6_K:
+            unpack_group_k(code, wp[g], ggml)
+        else:
+            unpack_group(wp[g], ggml, block, qs, qs_bytes, qh, m, hb, q)
         for r in range(ROWS):
             i = g * ROWS + r - r0
             if 0 <= i < r1 - r0:
@@ -358,9 +504,10 @@ def _dequantize_tile(code, wp, r0, r1, out, block, qs, qs_bytes, qh, m, hb, q):
 def dequantize_tile(code: int, wp: np.ndarray, r0: int, r1: int, out: np.ndarray) -> None:
     """out[i] = row r0+i (r0 a multiple of 8) of interleaved weight `wp` as float32: exactly what
     `deq_row` gives the GGML row, which is rebuilt from the tile first."""
-    lay = LAYOUTS[code]
     if r0 % ROWS or r0 < 0 or r1 > wp.shape[0] * ROWS or out.shape[0] < r1 - r0:
         raise ValueError("row range out of bounds")
-    if out.shape[1] != wp.shape[1] // ROWS // lay.block * 32:
+    if out.shape[1] != wp.shape[1] // tile_bytes(code) * (256 if code in SUPER_LAYOUTS else 32):
         raise ValueError("out has the wrong number of columns")
-    _dequantize_tile(code, wp, r0, r1, out, lay.block, lay.qs, lay.qs_bytes, lay.qh, lay.m, lay.hb, lay.q)
+    lay = LAYOUTS.get(code)
+    params = (lay.block, lay.qs, lay.qs_bytes, lay.qh, lay.m, lay.hb, lay.q) if lay else (block_bytes(code), 0, 0, -1, -1, -1, 0)
+    _dequantize_tile(code, wp, r0, r1, out, *params)

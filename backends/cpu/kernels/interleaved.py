@@ -72,12 +72,23 @@ LAYOUTS: dict[int, TileLayout] = {
     F.Q5_1: TileLayout(block=24, qs=8, qs_bytes=16, qh=4, has_min=True),
     F.Q8_0: TileLayout(block=34, qs=2, qs_bytes=32),
 }
-FORMATS: frozenset[int] = frozenset(LAYOUTS)
 
 
 def can_pack(code: int, rows: int, cols: int) -> bool:
     """Whether a `rows` x `cols` weight of format `code` has an interleaved layout."""
+    if code in SUPER_LAYOUTS:
+        return rows % ROWS == 0 and cols % 256 == 0 and rows > 0
     return code in LAYOUTS and rows % ROWS == 0 and cols % 32 == 0 and rows > 0
+
+
+def tile_bytes(code: int) -> int:
+    """Bytes of one tile (eight rows, one block or super-block) of format `code`."""
+    return (SUPER_LAYOUTS[code] if code in SUPER_LAYOUTS else LAYOUTS[code]).tile
+
+
+def block_bytes(code: int) -> int:
+    """Bytes of one GGML block (or super-block) of format `code`."""
+    return (SUPER_LAYOUTS[code] if code in SUPER_LAYOUTS else LAYOUTS[code]).block
 
 
 def _params(code: int) -> tuple[int, ...]:
@@ -86,22 +97,28 @@ def _params(code: int) -> tuple[int, ...]:
 
 
 def pack(code: int, w: np.ndarray) -> np.ndarray:
-    """GGML rows uint8[rows, row_bytes] -> the interleaved uint8[rows / 8, row_bytes * 8]."""
-    lay = LAYOUTS[code]
+    """GGML rows uint8[rows, row_bytes] -> the interleaved uint8[rows / 8, blocks * tile]."""
     rows, row_bytes = w.shape
-    if rows % ROWS or row_bytes % lay.block:
+    block = block_bytes(code)
+    if rows % ROWS or row_bytes % block:
         raise ValueError(f"cannot interleave a {rows}x{row_bytes}-byte {F.TYPE_NAME[code]} weight")
-    out = np.empty((rows // ROWS, row_bytes * ROWS), np.uint8)
-    _pack(np.ascontiguousarray(w), out, *_params(code))
+    out = np.empty((rows // ROWS, row_bytes // block * tile_bytes(code)), np.uint8)
+    if code in SUPER_LAYOUTS:
+        _pack_k(code, np.ascontiguousarray(w), out)
+    else:
+        _pack(np.ascontiguousarray(w), out, *_params(code))
     return out
 
 
 def unpack(code: int, packed: np.ndarray) -> np.ndarray:
     """The interleaved layout back to GGML rows uint8[rows, row_bytes] (exactly)."""
     groups, tiles_bytes = packed.shape
-    out = np.empty((groups * ROWS, tiles_bytes // ROWS), np.uint8)
+    out = np.empty((groups * ROWS, tiles_bytes // tile_bytes(code) * block_bytes(code)), np.uint8)
     for g in range(groups):
-        unpack_group(packed[g], out[g * ROWS:(g + 1) * ROWS], *_params(code))
+        if code in SUPER_LAYOUTS:
+            unpack_group_k(code, packed[g], out[g * ROWS:(g + 1) * ROWS])
+        else:
+            unpack_group(packed[g], out[g * ROWS:(g + 1) * ROWS], *_params(code))
     return out
 
 
@@ -192,3 +209,119 @@ def unpack_group(t, dst, block, qs, qs_bytes, qh, m, hb, q):
                 flat[at + qh + 3] = np.uint8(bits >> np.uint32(24))
         for wd in range(0, qs_bytes // 4, 4):
             words_to_rows(t, o + q + 32 * wd, flat, b + qs + 4 * wd, row_bytes)
+
+
+# ---------------------------------------------------------------- K-quants: 256-quant super-blocks
+#
+# Q4_K and Q6_K interleave the same way, one tile per super-block of eight rows. Their per-run
+# scales are unpacked into bytes, [run (Q4_K) or 16-quant group (Q6_K)][row], so the kernel turns
+# eight rows' scales into floats with one conversion; Q4_K's tile is 32 bytes larger than eight
+# GGML super-blocks for that (1184 against 1152). The quant bytes are transposed as 4-byte words
+# exactly as above (word w of row r at 32w + 4r): Q4_K's word w holds four quants of run
+# 2 (w // 8) in its low nibbles and of the next run in its high ones; Q6_K's `ql` and `qh` words
+# hold the low four and the high two bits of the runs GGML keeps in those bytes.
+
+
+@attrs.frozen
+class SuperTileLayout:
+    """A K-quant's tile: offsets of its parts in the tile (`*_at`) and in the GGML super-block."""
+
+    block: int  # bytes of one GGML super-block (256 quants)
+    tile: int
+    q_at: int  # the quant bytes (Q4_K qs, Q6_K ql) as transposed words
+    q_from: int
+    scale_at: int  # scale bytes [run or group][row]
+    dmin_at: int = -1  # Q4_K: 8 half minimum scales, then 64 minimum bytes at mins_at
+    mins_at: int = -1
+    qh_at: int = -1  # Q6_K: the high bits as transposed words
+    qh_from: int = -1
+
+
+Q4_K_LAYOUT = SuperTileLayout(block=144, tile=1184, q_at=160, q_from=16, scale_at=32, dmin_at=16, mins_at=96)
+Q6_K_LAYOUT = SuperTileLayout(block=210, tile=1680, q_at=144, q_from=0, scale_at=16, qh_at=1168, qh_from=128)
+SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q4_K: Q4_K_LAYOUT, F.Q6_K: Q6_K_LAYOUT}
+FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
+
+
+@njit(cache=True, nogil=True)
+def _to_words(src, so, n_words, t, to, r):
+    for w in range(n_words):
+        for b in range(4):
+            t[to + 32 * w + 4 * r + b] = src[so + 4 * w + b]
+
+
+@njit(cache=True, nogil=True)
+def _k4_scales(q, j):
+    # GGML's get_scale_min_k4: eight 6-bit scales and minima packed into 12 bytes
+    if j < 4:
+        return q[j] & 63, q[j + 4] & 63
+    return (q[j + 4] & 15) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4)
+
+
+@njit(cache=True, nogil=True)
+def _pack_k(code, w, out):
+    lay_block = 144 if code == F.Q4_K else 210
+    tile = 1184 if code == F.Q4_K else 1680
+    nsb = w.shape[1] // lay_block
+    for g in range(out.shape[0]):
+        t = out[g]
+        for k in range(nsb):
+            o = k * tile
+            for r in range(ROWS):
+                src = w[g * ROWS + r]
+                b = k * lay_block
+                if code == F.Q4_K:
+                    t[o + 2 * r] = src[b]
+                    t[o + 2 * r + 1] = src[b + 1]
+                    t[o + 16 + 2 * r] = src[b + 2]
+                    t[o + 16 + 2 * r + 1] = src[b + 3]
+                    for j in range(8):
+                        sc, mn = _k4_scales(src[b + 4:b + 16], j)
+                        t[o + 32 + 8 * j + r] = sc
+                        t[o + 96 + 8 * j + r] = mn
+                    _to_words(src, b + 16, 32, t, o + 160, r)
+                else:
+                    t[o + 2 * r] = src[b + 208]
+                    t[o + 2 * r + 1] = src[b + 209]
+                    for j in range(16):
+                        t[o + 16 + 8 * j + r] = src[b + 192 + j]
+                    _to_words(src, b, 32, t, o + 144, r)
+                    _to_words(src, b + 128, 16, t, o + 1168, r)
+
+
+@njit(cache=True, nogil=True)
+def unpack_group_k(code, t, dst):
+    """GGML bytes of the eight rows of one interleaved K-quant row group `t` into dst uint8[8, row_bytes]."""
+    lay_block = 144 if code == F.Q4_K else 210
+    tile = 1184 if code == F.Q4_K else 1680
+    nsb = dst.shape[1] // lay_block
+    flat = dst.reshape(-1)
+    for k in range(nsb):
+        o = k * tile
+        b = k * lay_block
+        if code == F.Q4_K:
+            for wd in range(0, 32, 4):
+                words_to_rows(t, o + 160 + 32 * wd, flat, b + 16 + 4 * wd, dst.shape[1])
+        else:
+            for wd in range(0, 32, 4):
+                words_to_rows(t, o + 144 + 32 * wd, flat, b + 4 * wd, dst.shape[1])
+            for wd in range(0, 16, 4):
+                words_to_rows(t, o + 1168 + 32 * wd, flat, b + 128 + 4 * wd, dst.shape[1])
+        for r in range(ROWS):
+            d = dst[r]
+            if code == F.Q4_K:
+                d[b] = t[o + 2 * r]
+                d[b + 1] = t[o + 2 * r + 1]
+                d[b + 2] = t[o + 16 + 2 * r]
+                d[b + 3] = t[o + 16 + 2 * r + 1]
+                for j in range(4):
+                    sc, mn = t[o + 32 + 8 * j + r], t[o + 96 + 8 * j + r]
+                    sc4, mn4 = t[o + 32 + 8 * (j + 4) + r], t[o + 96 + 8 * (j + 4) + r]
+                    d[b + 4 + j] = (sc & 63) | ((sc4 >> 4) << 6)
+                    d[b + 8 + j] = (mn & 63) | ((mn4 >> 4) << 6)
+                    d[b + 12 + j] = (sc4 & 15) | ((mn4 & 15) << 4)
+            else:
+                d[b + 208] = t[o + 2 * r]
+                d[b + 209] = t[o + 2 * r + 1]
+                for j in range(16):
+                    d[b + 192 + j] = t[o + 16 + 8 * j + r]

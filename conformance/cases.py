@@ -109,10 +109,12 @@ def _tiny_kv() -> KvSpec:
 
 def _one_op(rng: np.random.Generator, rows: int, widths: dict[str, int], make: Callable[..., Any],
             scale: float = 1.0, extra: dict[str, TensorInfo] | None = None, positions: Iterable[int] | None = None,
-            logit_rows: Iterable[int] | None = None, solo: int | None = None) -> BuiltCase:
+            logit_rows: Iterable[int] | None = None, solo: int | None = None,
+            out_width: int | None = None) -> BuiltCase:
     """embed each named input from its own table, apply `make(**values)`, select rows.
 
-    `solo`: a second pass runs row `solo` alone (the batch-composition check)."""
+    `solo`: a second pass runs row `solo` alone (the batch-composition check); `out_width`: the
+    result's width where it is not the inputs' (a matmul's output features)."""
     nodes: list[Any] = []
     tensors: dict[str, TensorInfo] = dict(extra or {})
     values = {}
@@ -122,7 +124,7 @@ def _one_op(rng: np.random.Generator, rows: int, widths: dict[str, int], make: C
         values[arg] = f"v.{arg}"
     nodes.append(make(**values))
     nodes.append(G.SelectRows("result", nodes[-1].out))
-    graph = Graph(nodes=tuple(nodes), output="result", n_vocab=max(widths.values()))
+    graph = Graph(nodes=tuple(nodes), output="result", n_vocab=out_width or max(widths.values()))
     passes = [Pass(_plain_batch(rows, positions, logit_rows), rows)]
     if solo is not None:
         alone = _plain_batch(1)
@@ -180,7 +182,8 @@ def _matmul(case: OpCase, rng: np.random.Generator) -> BuiltCase:
     if case.param("bias"):
         extra["b"] = f32_tensor("b", rng.standard_normal(n_out))
         bias = "b"
-    return _one_op(rng, t, {"x": n_in}, lambda x: G.MatMul("out", x, "w", bias), extra=extra, solo=case.param("solo"))
+    return _one_op(rng, t, {"x": n_in}, lambda x: G.MatMul("out", x, "w", bias), extra=extra, solo=case.param("solo"),
+                   out_width=n_out)
 
 
 def _embed(case: OpCase, rng: np.random.Generator) -> BuiltCase:

@@ -18,9 +18,16 @@ KV_SUFFIX = {"f32": "f32", "f16": "f16"}
 GROUP = 8
 # The tensor-core prefill tile steps through K in 32s.
 TILE_K = 32
+FLOAT_TYPES = frozenset({"F32", "F16", "BF16"})
+
+
+def stored_width(type_name: str, k: int) -> int:
+    """Values per row on the device: float rows are padded with zeros to whole groups, so that
+    dequant8 never reads past a row (a quantized row is whole blocks of 32 or 256 already)."""
+    return -(-k // GROUP) * GROUP if type_name in FLOAT_TYPES else k
 
 
 def row_bytes(type_name: str, k: int) -> int:
-    """Bytes of one row of `k` values stored as GGML type `type_name`."""
+    """Bytes of one row of `k` values stored as GGML type `type_name` on the device."""
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
-    return k // block * size
+    return stored_width(type_name, k) // block * size

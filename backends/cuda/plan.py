@@ -130,6 +130,9 @@ def check_node(node: Any, widths: dict[str, int], shapes: dict[str, tuple[int, .
             raise BackendError(f"cuda: {node.weight} is {types[node.weight]}, which the kernels do not read")
         if isinstance(node, G.MatMul) and widths[node.x] != shapes[node.weight][1]:
             raise BackendError(f"cuda: {node.out} multiplies width {widths[node.x]} by {node.weight} {list(shapes[node.weight])}")
+        if isinstance(node, G.MatMul) and shapes[node.weight][1] % formats.GROUP:
+            raise BackendError(f"cuda: {node.out} sums over {shapes[node.weight][1]} values; the matmul kernels "
+                               f"step through K in groups of {formats.GROUP}")
     if isinstance(node, G.RmsNorm) and node.group and widths[node.x] % node.group:
         raise BackendError(f"cuda: rms_norm group {node.group} does not divide width {widths[node.x]}")
     if isinstance(node, G.Rope):
@@ -154,7 +157,7 @@ class Plan:
     steps: tuple[Step, ...]
     buffers: tuple[BufferSpec, ...]
     output: int  # buffer holding the logits [n_rows, n_vocab]
-    n_vocab: int
+    n_vocab: int  # the output value's width, which is what the executor copies back per row
     spec: KvSpec
     shapes: dict[str, tuple[int, ...]] = attrs.field(eq=False)
     types: dict[str, str] = attrs.field(eq=False)
@@ -278,8 +281,10 @@ def build_plan(graph: Graph, shapes: dict[str, tuple[int, ...]], types: dict[str
                           widths.get(next(iter(node.outputs()), None), 0)))
     row_bytes = {name: formats.row_bytes(types[name], shape[1]) for name, shape in shapes.items() if len(shape) == 2
                  and types[name] in formats.WEIGHT_TYPES}
-    return Plan(tuple(steps), tuple(buffers), where[graph.output], graph.n_vocab, spec, dict(shapes), dict(types),
-                row_bytes)
+    # The output's own width, not graph.n_vocab: a graph whose output is not the logits (an op
+    # case, a hidden state) copies back what it computed.
+    return Plan(tuple(steps), tuple(buffers), where[graph.output], widths[graph.output], spec, dict(shapes),
+                dict(types), row_bytes)
 
 
 def take_buffer(buffers: list[BufferSpec], free: list[int], rows: str, width: int) -> int:

@@ -56,10 +56,12 @@ def upload(t: TensorInfo, xp: Any) -> DeviceTensor:
     if t.type_name not in formats.WEIGHT_TYPES:
         raise ModelFileError(f"tensor {t.name}", f"the cuda backend does not read {t.type_name} "
                                      f"(it reads {', '.join(sorted(formats.WEIGHT_TYPES))})")
-    if shape[1] % formats.GROUP:
+    if formats.stored_width(t.type_name, shape[1]) % formats.GROUP:
         raise ModelFileError(f"tensor {t.name}", f"row of {shape[1]} values is not a multiple of {formats.GROUP}")
     raw = np.ascontiguousarray(t.raw_rows())
     expected = formats.row_bytes(t.type_name, shape[1])
+    if t.type_name in formats.FLOAT_TYPES and raw.shape[1] < expected:  # a float table of any width
+        raw = np.pad(raw, ((0, 0), (0, expected - raw.shape[1])))
     if raw.shape != (shape[0], expected):
         raise ModelFileError(f"tensor {t.name}", f"{t.type_name} data is {list(raw.shape)} bytes, expected {[shape[0], expected]}")
     return DeviceTensor(t.name, t.type_name, shape, expected, xp.asarray(raw))

@@ -157,6 +157,44 @@ def test_decode_uses_matvec_and_prefill_uses_tiles_covering_every_output(tiny):
             assert elements <= plan.buffer_elements(512)[index]
 
 
+def test_every_op_case_plans_and_copies_back_its_own_width():
+    """The conformance op grid on the plan (NumPy standing in for the device): float tables of
+    any width upload (padded to whole groups), and the output copied back is the output value's
+    width, not the graph's n_vocab (a matmul case's is its output features)."""
+    from llamay_backends.cuda.backend import CudaBackend
+    from llamay_conformance.cases import FAMILY_OPS, build, grid
+
+    caps = CudaBackend.capabilities
+    cases = [c for c in grid(caps.weight_types, kv_dtypes=caps.kv_dtypes, ops=caps.ops) if c.op not in FAMILY_OPS]
+    assert any(c.param("w") == 129 for c in cases) and any(c.op == "matmul" for c in cases)
+    for case in cases:
+        built = build(case)
+        plan, weights = make_plan(built.graph, built.tensors, built.kv_spec)
+        expected = case.param("out") if case.op == "matmul" else built.graph.n_vocab
+        assert plan.n_vocab == expected == built.graph.n_vocab, case.id
+        for name, t in built.tensors.items():
+            if len(t.shape) == 2:
+                assert weights[name].data.shape == (t.shape[0], plan.row_bytes[name]), (case.id, name)
+
+
+def test_a_float_table_of_odd_width_is_padded_to_whole_groups():
+    from llamay_core.graph import ops as G
+    from llamay_core.graph.graph import Graph
+    from llamay_conformance.weights import f32_tensor
+
+    table = f32_tensor("t", np.arange(3 * 129, dtype=np.float32).reshape(3, 129))
+    graph = Graph(nodes=(G.Embed("x", "t"), G.MatMul("y", "x", "w", None)), output="y", n_vocab=129)
+    w = f32_tensor("w", np.ones((4, 129), np.float32))
+    with pytest.raises(P.BackendError, match="groups of 8"):  # the matmul kernels step through K in 8s
+        make_plan(graph, {"t": table, "w": w}, KvSpec(1, 1, 32, 32))
+    plan, weights = make_plan(Graph(nodes=(G.Embed("x", "t"),), output="x", n_vocab=129), {"t": table},
+                              KvSpec(1, 1, 32, 32))
+    padded = weights["t"].data.view(np.float32)
+    assert padded.shape == (3, 136) and np.array_equal(padded[:, :129], table.data) and not padded[:, 129:].any()
+    (launch,) = plan.launches(3, 3)
+    assert launch.kernel == "embed_f32" and launch.args[1].value == 136 * 4 and launch.args[3].value == 129
+
+
 def test_kernel_signatures_match_compiled_ptx(tiny, tmp_path):
     from llamay_backends.cuda.compile_check import compile_all, pick_compiler, ptx_entries
     from llamay_backends.cuda.kernel_sources import file_for

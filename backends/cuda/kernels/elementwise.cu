@@ -1,16 +1,19 @@
 // Row and element ops: embedding lookup, add, mul, scale, SwiGLU, GeGLU, softcap, row selection.
 #include "quant.cuh"
 
-// out[t] = dequant(W[tokens[t]]) * scale. Launch: grid n_tokens, block 128.
+// out[t] = dequant(W[tokens[t]]) * scale. Launch: grid n_tokens, block 128. A float row of any
+// width k is stored padded with zeros to whole groups (formats.stored_width): the last group
+// writes only its first k % 8 values.
 template <int TYPE>
 __device__ __forceinline__ void embed(const u8* __restrict__ w, long long row_bytes, const int* tokens, int k,
                                       float scale, float* __restrict__ out) {
     const int t = blockIdx.x;
     const u8* row = w + (long long)tokens[t] * row_bytes;
     float v[8];
-    for (int g = threadIdx.x; g < k / 8; g += blockDim.x) {
+    for (int g = threadIdx.x; g < (k + 7) / 8; g += blockDim.x) {
         Format<TYPE>::dequant8(row, g, v);
-        for (int i = 0; i < 8; i++) out[(long long)t * k + 8 * g + i] = v[i] * scale;
+        const int n = min(8, k - 8 * g);
+        for (int i = 0; i < n; i++) out[(long long)t * k + 8 * g + i] = v[i] * scale;
     }
 }
 

@@ -8,8 +8,9 @@ Three checks, each against the reference backend on the same file:
   backends (docs/backend-authors.md) and the top-1 token differs nowhere reference is decisive;
 - greedy: for fixed prompts, the greedy tokens equal reference's up to the first step where
   reference itself is at a near-tie (its top-2 margin at most TIE_MARGIN);
-- state: a forked context and a snapshot restored into a fresh context generate exactly what
-  a fresh prefill of the same text generates, on the backend itself.
+- state: a forked context and a snapshot restored into a fresh context continue greedily as a
+  fresh prefill of the same tokens does, on the backend itself, up to steps where the fresh
+  prefill is at a near-tie (8-bit activations make the two drift by their rounding noise).
 """
 from __future__ import annotations
 
@@ -26,6 +27,11 @@ from llamay_conformance.long_text import SequencePlan
 # Measured on smollm2:135m and qwen2.5-coder:0.5b (docs/backend-authors.md, "Calibration"): a
 # backend with 8-bit activations (per 32 of each row, as llama.cpp) reaches mean 4.2e-3 and p99
 # 2.5e-2 on smollm2 (1,024 positions); a page, rope or batching bug reaches 1e-2 to 1e0 and more.
+# The state check's near-tie: int8 activations make a fork and a fresh prefill of the same tokens
+# drift up to 0.3 in qwen2.5-coder's logits (1e-5 with float activations); flips only where the
+# top-2 margin is under about three times that are forgiven (the greedy check's TIE_MARGIN, 2.0,
+# bounds another backend's error and is looser).
+STATE_TIE_MARGIN = 1.0
 KLD_MEAN_LIMIT = 1e-2
 KLD_P99_LIMIT = 1e-1
 PROMPTS = ("The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village",
@@ -177,32 +183,75 @@ def check_greedy(model: Any, ref: ReferenceModel, effort: Effort) -> ModelCheck:
     return ModelCheck("greedy", True, f"{effort.prompts} prompts x {effort.greedy_tokens} tokens equal reference{tie_note}")
 
 
+def _agree(fresh: Any, other: Any, n: int) -> tuple[str, int]:
+    """Greedy for `n` steps from two contexts holding the same tokens, both fed `fresh`'s choice
+    each step: ("", near-ties) if their top-1 agrees wherever `fresh` is decisive, else why not.
+
+    Exact text equality is not asked: with 8-bit activations (accepted by the kld limits) a last
+    float bit of difference between a prompt's rows computed in one pass and in two flips a
+    quantization step, and the two paths drift by int8 noise (0.2-0.3 in qwen's logits, against
+    1e-5 with float activations). A broken fork or restore moves logits where they are decisive.
+    """
+    ties = 0
+    for step in range(n):
+        a, b = fresh.last_logits(), other.last_logits()
+        ta, tb = int(np.argmax(a)), int(np.argmax(b))
+        if ta != tb:
+            margin = float(top2_margin(a[None])[0])
+            if margin > STATE_TIE_MARGIN:
+                return f"step {step}: token {tb}, fresh prefill {ta} (its margin {margin:.2f})", ties
+            ties += 1
+        fresh.extend([ta])
+        other.extend([ta])
+    return "", ties
+
+
 def check_state(model: Any, effort: Effort, scratch: Path) -> ModelCheck:
-    """Fork and snapshot/restore on this backend generate what a fresh prefill generates."""
+    """Fork and snapshot/restore on this backend continue as a fresh prefill of the same tokens."""
     n = effort.state_tokens
-    base = model.context().prefill(STATE_SHARED)
+    shared = len(model.tokenize(STATE_SHARED))
+    ties = 0
+
+    def fresh_of(ids: list[int]) -> Any:
+        ctx = model.context()
+        ctx.extend(ids)
+        return ctx
+
+    base = model.context()
     try:
         for q in STATE_QUESTIONS:
-            child = base.fork()
-            forked = child.generate(q, max_tokens=n, ignore_eos=True)
-            child.close()
-            fresh = model.generate(STATE_SHARED + q, max_tokens=n, ignore_eos=True)
-            if forked != fresh:
-                return ModelCheck("state", False, f"forked context generated {forked!r}, fresh prefill {fresh!r}")
+            ids = model.tokenize(STATE_SHARED + q)
+            if not base.tokens:
+                base.extend(ids[:shared])
+            child, fresh = base.fork(), fresh_of(ids)
+            try:
+                child.extend(ids[shared:])
+                why, t = _agree(fresh, child, n)
+            finally:
+                child.close()
+                fresh.close()
+            if why:
+                return ModelCheck("state", False, f"forked context, {why}")
+            ties += t
         snap = scratch / "conformance-state.kv"
         base.snapshot(snap)
-        restored = model.restore(snap)
+        ids = model.tokenize(STATE_SHARED + STATE_QUESTIONS[0])
+        restored, fresh = model.restore(snap), fresh_of(ids)
         try:
-            again = restored.generate(STATE_QUESTIONS[0], max_tokens=n, ignore_eos=True)
+            restored.extend(ids[shared:])
+            why, t = _agree(fresh, restored, n)
         finally:
             restored.close()
+            fresh.close()
             snap.unlink(missing_ok=True)
-        fresh = model.generate(STATE_SHARED + STATE_QUESTIONS[0], max_tokens=n, ignore_eos=True)
-        if again != fresh:
-            return ModelCheck("state", False, f"restored snapshot generated {again!r}, fresh prefill {fresh!r}")
+        if why:
+            return ModelCheck("state", False, f"restored snapshot, {why}")
+        ties += t
     finally:
         base.close()
-    return ModelCheck("state", True, f"fork x{len(STATE_QUESTIONS)} and snapshot/restore equal fresh prefill")
+    tie_note = f" ({ties} steps at a near-tie)" if ties else ""
+    return ModelCheck("state", True, f"fork x{len(STATE_QUESTIONS)} and snapshot/restore equal fresh prefill"
+                                     f"{tie_note}")
 
 
 def run_model_level(backend_name: str, ref: ReferenceModel, effort: Effort, scratch: Path) -> tuple[list[ModelCheck], str]:

@@ -239,7 +239,14 @@ class CpuPlan:
         grouped = self._decode_kernel(code, rows, packed, x.shape[1], int8=int8)
         weight, interleaved = (rows, False) if packed is None else (packed, True)
 
+        # a prompt through the decode kernel itself, where it beats BLAS on dequantized tiles
+        # (`kernels.INT8_PREFILL`): every row then has exactly the bits decode would give it
+        int8_prefill = interleaved and code in kernels.INT8_PREFILL
+
         def large(a: int, b: int, p: PassInfo) -> None:
+            if int8_prefill:
+                grouped(x[a:b], out[a:b])
+                return
             # int8: the activations the int8 kernels see, so a prompt's tokens get the same
             # activations whether the prompt comes at once or in small chunks
             xs = self._q8_scratch(node.x, a, b, p) if int8 else x[a:b]

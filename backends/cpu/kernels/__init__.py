@@ -12,7 +12,8 @@ Public surface:
     matmul(code, w, X, OUT)             prefill, OUT = X @ W.T (dequantized tiles + BLAS)
     matmul_grouped(code, w, X, OUT)     a few tokens at once, each bit-identical to alone
     interleave(code, w) + interleaved_kernel(code, wp, cols)   the same with int8 activations on
-                                        rows interleaved eight at a time (`interleaved.py`)
+                                        rows interleaved eight at a time (`interleaved.py`);
+                                        prompts too for the formats in INT8_PREFILL
     matmul_fused / matmul_q8            measured alternative prefill strategies
     q8_roundtrip(X, OUT)                X as the int8 scheme sees it (quantized, scaled back)
     dequantize_rows(code, w, ids, out)  embedding lookup, rows to float32
@@ -113,6 +114,7 @@ from ._api import (  # noqa: E402
 from ._interleaved import interleaved_kernel  # noqa: E402
 from .interleaved import can_pack as can_interleave  # noqa: E402
 from .interleaved import pack as interleave  # noqa: E402
+from .interleaved import INT8_PREFILL  # noqa: E402
 from ._q8 import qdot_rows, quantize_q8  # noqa: E402
 from ._rows import XA_ROWS, deq_row, dot_rows, x_sums  # noqa: E402
 from ._simd import FEATURES, HAS_AVX2, HAS_VNNI  # noqa: E402
@@ -137,7 +139,7 @@ __all__ = [
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
     "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_VNNI",
     "matmul", "matmul_fused", "matmul_q8", "q8_roundtrip", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
-    "interleaved_kernel", "can_interleave", "interleave",
+    "interleaved_kernel", "can_interleave", "interleave", "INT8_PREFILL",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",
 ]

@@ -7,8 +7,9 @@ end. Put block k of eight rows side by side and that work is shared: the eight s
 as one vector, one `vpdpbusd` adds four quants of every row at once (lane r is row r), and no
 lane is ever summed across. `_interleaved.py` is the kernel; this module is the layout.
 
-Formats: the ones with one scale per 32 quants (`FORMATS`). A weight is repacked when its
-rows are a multiple of 8. The tile of rows 8g..8g+7 and block k is 8 * (the format's block
+Formats (`FORMATS`): the ones with one scale per 32 quants (`LAYOUTS`), and Q4_K and Q6_K
+(`SUPER_LAYOUTS`: one tile per 256-quant super-block of 8 rows, the run scales unpacked to one
+byte each, described at `SuperTileLayout`). A weight is repacked when its rows are a multiple of 8. The tile of rows 8g..8g+7 and block k is 8 * (the format's block
 bytes), so the repacked matrix `uint8[rows / 8, blocks * tile]` is exactly as large as the
 GGML one. Inside a tile:
 
@@ -241,6 +242,12 @@ Q4_K_LAYOUT = SuperTileLayout(block=144, tile=1184, q_at=160, q_from=16, scale_a
 Q6_K_LAYOUT = SuperTileLayout(block=210, tile=1680, q_at=144, q_from=0, scale_at=16, qh_at=1168, qh_from=128)
 SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q4_K: Q4_K_LAYOUT, F.Q6_K: Q6_K_LAYOUT}
 FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
+# Formats whose prompts (any number of tokens) also go through the interleaved int8 kernel rather
+# than BLAS sgemm on dequantized tiles. Measured in the models, 512-token prefill on 2 threads
+# (AMD EPYC, AVX-512 VNNI, docs/performance.md tenth session): gemma3 415 -> 690-766 tok/s (Q5_0,
+# Q4_K), qwen 170 -> 250 (Q5_0, Q4_K), smollm2 357 -> 660 (Q4_1). Not Q6_K (its kernel makes
+# qwen's prefill 15% slower than sgemm) nor Q8_0 (no unpacking to share: within noise either way).
+INT8_PREFILL: frozenset[int] = frozenset({F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q4_K})
 
 
 @njit(cache=True, nogil=True)

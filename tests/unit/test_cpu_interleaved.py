@@ -78,6 +78,27 @@ def test_interleaved_int8_is_batch_invariant(name):
         assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32)), part
 
 
+@pytest.mark.parametrize("name", ["Q4_1", "Q5_1", "Q4_K", "Q6_K", "Q8_0"])
+def test_a_prompt_gets_decode_bits_across_chunks_and_four_token_blocks(name):
+    # 70 tokens: two chunks of TOKENS_PER_CHUNK, four-token blocks and single tokens at other
+    # offsets in each split; every row equals that token computed alone
+    from llamay_backends.cpu.kernels._interleaved import TOKENS_PER_CHUNK
+
+    rng = np.random.default_rng(3)
+    code = K.type_code(name)
+    cols = columns(name, 2)
+    w = K.interleave(code, make_weights(name, 16, cols, rng))
+    X = activations(rng, 70, cols)
+    kernel = K.interleaved_kernel(code, w, cols)
+    together = np.full((70, 16), np.nan, np.float32)
+    kernel(X, together)
+    assert 70 > TOKENS_PER_CHUNK
+    for part in (slice(0, 1), slice(1, 66), slice(66, 70), slice(63, 70)):
+        sub = np.full((part.stop - part.start, 16), np.nan, np.float32)
+        kernel(np.ascontiguousarray(X[part]), sub)
+        assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32)), part
+
+
 @pytest.mark.parametrize("name", FORMATS)
 def test_prefill_from_the_interleaved_layout_matches_the_ggml_one(name):
     # tiles rebuilt from the packed rows dequantize to the very floats of the GGML rows, so the

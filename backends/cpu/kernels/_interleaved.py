@@ -335,6 +335,56 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
 
 
 @_exact
+def _step_quants(code, wg, o, q, hb, p):
+    # steps p and p + 4 of a 4- or 5-bit block as unsigned quants, built as `_nibble_steps` builds them
+    lo = nib(wg, o + q + 32 * p, 0)
+    hi = nib(wg, o + q + 32 * p, 4)
+    if code == F.Q5_0 or code == F.Q5_1:
+        lo = b_or(lo, high_bits(wg, o + hb, p, 1))
+        hi = b_or(hi, high_bits(wg, o + hb, p + 4, 1))
+    return lo, hi
+
+
+@_exact
+def _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail):
+    # one token's part of a block whose steps are unpacked: `token_rows`'s dots and float operations
+    e = k * 32
+    a = dpb(dpb(dpb(dpb(iz8(), l0, xq, e), l1, xq, e + 4), l2, xq, e + 8), l3, xq, e + 12)
+    b = dpb(dpb(dpb(dpb(iz8(), h0, xq, e + 16), h1, xq, e + 20), h2, xq, e + 24), h3, xq, e + 28)
+    acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
+    tail = halves_add(tail, wg, o + m if m >= 0 else o, xa[XC32, k])
+    return acc, tail
+
+
+@_exact
+def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
+    """`token_rows` for tokens t..t+3 of a 4- or 5-bit format: each block is unpacked once for the
+    four (the unpacking is most of a block's instructions), and each token's bits are those it
+    gets alone."""
+    literally(code)
+    x0, x1, x2, x3 = XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3]
+    a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
+    c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
+    t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
+    for k in range(x0.shape[0] // 32):
+        o = k * tile
+        prefetch(wg, o + PREFETCH_BYTES)
+        l0, h0 = _step_quants(code, wg, o, q, hb, 0)
+        l1, h1 = _step_quants(code, wg, o, q, hb, 1)
+        l2, h2 = _step_quants(code, wg, o, q, hb, 2)
+        l3, h3 = _step_quants(code, wg, o, q, hb, 3)
+        c0, t0 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x0, a0, k, c0, t0)
+        c1, t1 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x1, a1, k, c1, t1)
+        c2, t2 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x2, a2, k, c2, t2)
+        c3, t3 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x3, a3, k, c3, t3)
+    c = _offset_scale(code)
+    store_rows(OUT[t], oo, c0, t0, c)
+    store_rows(OUT[t + 1], oo, c1, t1, c)
+    store_rows(OUT[t + 2], oo, c2, t2, c)
+    store_rows(OUT[t + 3], oo, c3, t3, c)
+
+
+@_exact
 def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
     # runs 2p (low nibbles) and 2p+1 (high) share a 32-byte word column; x blocks kx, kx + 1
     d = halves(wg, o)
@@ -385,6 +435,116 @@ def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
 
 
 @_exact
+def _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, dx, s, acc):
+    # one token's run pair half (low or high nibbles: u at word column qo, v at qo + 128) of a
+    # Q4_K super-block: `_q4_k_superblock`'s dots, then its dot_add
+    a = dpb(dpb(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), u2, xq, e + 8), u3, xq, e + 12)
+    b = dpb(dpb(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), v2, xq, e + 24), v3, xq, e + 28)
+    return dot_add(acc, iadd8(a, b), s, dx)
+
+
+@_exact
+def _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
+    # `_q4_k_superblock` for four tokens, each nibble step unpacked once; every chain (a token's
+    # acc, its tail) sees the same operations in the same order as alone
+    d = halves(wg, o)
+    dmin = halves(wg, o + 16)
+    for p in range(4):
+        qo = o + _Q4_K_Q + 256 * p
+        kx = sb * 8 + 2 * p
+        e = kx * 32
+        sc = o + _Q4_K_SCALE + 16 * p
+        mn = o + _Q4_K_MINS + 16 * p
+        for half in range(2):
+            sh = 4 * half
+            u0, u1 = nib(wg, qo, sh), nib(wg, qo + 32, sh)
+            u2, u3 = nib(wg, qo + 64, sh), nib(wg, qo + 96, sh)
+            v0, v1 = nib(wg, qo + 128, sh), nib(wg, qo + 160, sh)
+            v2, v3 = nib(wg, qo + 192, sh), nib(wg, qo + 224, sh)
+            s = scale_bytes(d, wg, sc + 8 * half, False)
+            eh = e + 32 * half
+            c0 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x0, eh, a0[XD, kx + half], s, c0)
+            c1 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x1, eh, a1[XD, kx + half], s, c1)
+            c2 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x2, eh, a2[XD, kx + half], s, c2)
+            c3 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x3, eh, a3[XD, kx + half], s, c3)
+        m0 = scale_bytes(dmin, wg, mn, False)
+        m1 = scale_bytes(dmin, wg, mn + 8, False)
+        t0 = offset_add(offset_add(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
+        t1 = offset_add(offset_add(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
+        t2 = offset_add(offset_add(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])
+        t3 = offset_add(offset_add(t3, m0, a3[XC32, kx]), m1, a3[XC32, kx + 1])
+    return c0, c1, c2, c3, t0, t1, t2, t3
+
+
+@_exact
+def _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, e, kx, s0, s1, acc, tail):
+    # one token's part of a Q6_K run whose steps (u: 16-quant group 2j, v: 2j + 1) are unpacked:
+    # the same exact dots, then the same float operations in the same order as `_q6_k_superblock`
+    a = dpb(dpb(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), u2, xq, e + 8), u3, xq, e + 12)
+    b = dpb(dpb(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), v2, xq, e + 24), v3, xq, e + 28)
+    acc = dot_add(acc, a, s0, xa[XD, kx])
+    acc = dot_add(acc, b, s1, xa[XD, kx])
+    tail = offset_add(tail, s0, xa[XC16, 2 * kx])
+    tail = offset_add(tail, s1, xa[XC16, 2 * kx + 1])
+    return acc, tail
+
+
+@_exact
+def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
+    # `_q6_k_superblock` for four tokens: each run's six-bit quants are assembled once, not per
+    # token (most of a Q6_K run's instructions), so prompts go ~3x fewer instructions per dot
+    d = halves(wg, o)
+    for h in range(2):
+        for t in range(4):
+            j = 4 * h + t
+            kx = sb * 8 + j
+            e = kx * 32
+            lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
+            hi = o + _Q6_K_QH + 256 * h
+            sh = 4 * (t >> 1)
+            u0 = b_or(nib(wg, lo, sh), high_bits(wg, hi, 2 * t, 3))
+            u1 = b_or(nib(wg, lo + 32, sh), high_bits(wg, hi + 32, 2 * t, 3))
+            u2 = b_or(nib(wg, lo + 64, sh), high_bits(wg, hi + 64, 2 * t, 3))
+            u3 = b_or(nib(wg, lo + 96, sh), high_bits(wg, hi + 96, 2 * t, 3))
+            v0 = b_or(nib(wg, lo + 128, sh), high_bits(wg, hi + 128, 2 * t, 3))
+            v1 = b_or(nib(wg, lo + 160, sh), high_bits(wg, hi + 160, 2 * t, 3))
+            v2 = b_or(nib(wg, lo + 192, sh), high_bits(wg, hi + 192, 2 * t, 3))
+            v3 = b_or(nib(wg, lo + 224, sh), high_bits(wg, hi + 224, 2 * t, 3))
+            s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
+            s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+            c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x0, a0, e, kx, s0, s1, c0, t0)
+            c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x1, a1, e, kx, s0, s1, c1, t1)
+            c2, t2 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x2, a2, e, kx, s0, s1, c2, t2)
+            c3, t3 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x3, a3, e, kx, s0, s1, c3, t3)
+    return c0, c1, c2, c3, t0, t1, t2, t3
+
+
+@_exact
+def four_tokens_k(code, wg, XQ, XA, OUT, t, oo, tile):
+    """`token_rows_k` for tokens t..t+3 at once: each token's bits are those it gets alone."""
+    literally(code)
+    x0, x1, x2, x3 = XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3]
+    a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
+    c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
+    t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
+    for sb in range(x0.shape[0] // 256):
+        o = sb * tile
+        for line in range(0, tile, 64):
+            prefetch(wg, o + line + PREFETCH_BYTES)
+        if code == F.Q4_K:
+            c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+                                                               c0, c1, c2, c3, t0, t1, t2, t3)
+        else:
+            c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+                                                               c0, c1, c2, c3, t0, t1, t2, t3)
+    c = _offset_scale(code)
+    store_rows(OUT[t], oo, c0, t0, c)
+    store_rows(OUT[t + 1], oo, c1, t1, c)
+    store_rows(OUT[t + 2], oo, c2, t2, c)
+    store_rows(OUT[t + 3], oo, c3, t3, c)
+
+
+@_exact
 def token_rows_k(code, wg, xq, xa, out, oo, tile):
     """As `token_rows` for the K-quants (Q4_K, Q6_K): one tile per 256-quant super-block."""
     literally(code)
@@ -407,7 +567,16 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
     literally(code)
     for g in range(g0, g1):
         wg = wp[g]
-        for t in range(t0, t1):
+        first = t0
+        if code == F.Q4_K or code == F.Q6_K:
+            while first + 4 <= t1:
+                four_tokens_k(code, wg, XQ, XA, OUT, first, g * ROWS, tile)
+                first += 4
+        elif code != F.Q8_0:  # Q8_0's quants are read as they are: nothing to share
+            while first + 4 <= t1:
+                four_tokens(code, wg, XQ, XA, OUT, first, g * ROWS, tile, q, m, hb)
+                first += 4
+        for t in range(first, t1):
             if code == F.Q4_K or code == F.Q6_K:
                 token_rows_k(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile)
             else:

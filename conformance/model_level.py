@@ -212,10 +212,16 @@ def check_state(model: Any, effort: Effort, scratch: Path) -> ModelCheck:
     shared = len(model.tokenize(STATE_SHARED))
     ties = 0
 
-    def fresh_of(ids: list[int]) -> Any:
-        ctx = model.context()
-        ctx.extend(ids)
-        return ctx
+    def continues_as_fresh(other: Any, ids: list[int]) -> tuple[str, int]:
+        # `other` holds ids[:shared]; it gets the rest, a fresh context all of them
+        fresh = model.context()
+        try:
+            fresh.extend(ids)
+            other.extend(ids[shared:])
+            return _agree(fresh, other, n)
+        finally:
+            other.close()
+            fresh.close()
 
     base = model.context()
     try:
@@ -223,26 +229,15 @@ def check_state(model: Any, effort: Effort, scratch: Path) -> ModelCheck:
             ids = model.tokenize(STATE_SHARED + q)
             if not base.tokens:
                 base.extend(ids[:shared])
-            child, fresh = base.fork(), fresh_of(ids)
-            try:
-                child.extend(ids[shared:])
-                why, t = _agree(fresh, child, n)
-            finally:
-                child.close()
-                fresh.close()
+            why, t = continues_as_fresh(base.fork(), ids)
             if why:
                 return ModelCheck("state", False, f"forked context, {why}")
             ties += t
         snap = scratch / "conformance-state.kv"
         base.snapshot(snap)
-        ids = model.tokenize(STATE_SHARED + STATE_QUESTIONS[0])
-        restored, fresh = model.restore(snap), fresh_of(ids)
         try:
-            restored.extend(ids[shared:])
-            why, t = _agree(fresh, restored, n)
+            why, t = continues_as_fresh(model.restore(snap), model.tokenize(STATE_SHARED + STATE_QUESTIONS[0]))
         finally:
-            restored.close()
-            fresh.close()
             snap.unlink(missing_ok=True)
         if why:
             return ModelCheck("state", False, f"restored snapshot, {why}")

@@ -335,6 +335,15 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
 
 
 @_exact
+def _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, e):
+    # a block's (or run's) eight unpacked steps against x[e:e+32]: the exact integer sums of
+    # steps 0-3 and 4-7, as the one-token kernels chain them
+    a = dpb(dpb(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), u2, xq, e + 8), u3, xq, e + 12)
+    b = dpb(dpb(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), v2, xq, e + 24), v3, xq, e + 28)
+    return a, b
+
+
+@_exact
 def _step_quants(code, wg, o, q, hb, p):
     # steps p and p + 4 of a 4- or 5-bit block as unsigned quants, built as `_nibble_steps` builds them
     lo = nib(wg, o + q + 32 * p, 0)
@@ -349,11 +358,19 @@ def _step_quants(code, wg, o, q, hb, p):
 def _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail):
     # one token's part of a block whose steps are unpacked: `token_rows`'s dots and float operations
     e = k * 32
-    a = dpb(dpb(dpb(dpb(iz8(), l0, xq, e), l1, xq, e + 4), l2, xq, e + 8), l3, xq, e + 12)
-    b = dpb(dpb(dpb(dpb(iz8(), h0, xq, e + 16), h1, xq, e + 20), h2, xq, e + 24), h3, xq, e + 28)
+    a, b = _eight_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, e)
     acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
     tail = halves_add(tail, wg, o + m if m >= 0 else o, xa[XC32, k])
     return acc, tail
+
+
+@_exact
+def _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3):
+    c = _offset_scale(code)
+    store_rows(OUT[t], oo, c0, t0, c)
+    store_rows(OUT[t + 1], oo, c1, t1, c)
+    store_rows(OUT[t + 2], oo, c2, t2, c)
+    store_rows(OUT[t + 3], oo, c3, t3, c)
 
 
 @_exact
@@ -377,11 +394,7 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
         c1, t1 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x1, a1, k, c1, t1)
         c2, t2 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x2, a2, k, c2, t2)
         c3, t3 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x3, a3, k, c3, t3)
-    c = _offset_scale(code)
-    store_rows(OUT[t], oo, c0, t0, c)
-    store_rows(OUT[t + 1], oo, c1, t1, c)
-    store_rows(OUT[t + 2], oo, c2, t2, c)
-    store_rows(OUT[t + 3], oo, c3, t3, c)
+    _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3)
 
 
 @_exact
@@ -416,30 +429,34 @@ def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
     for h in range(2):
         for t in range(4):
             j = 4 * h + t
-            kx = sb * 8 + j
-            e = kx * 32
-            lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
-            hi = o + _Q6_K_QH + 256 * h
-            a, b = iz8(), iz8()
-            for w in range(4):
-                a = dpb(a, b_or(nib(wg, lo + 32 * w, 4 * (t >> 1)), high_bits(wg, hi + 32 * w, 2 * t, 3)), xq, e + 4 * w)
-                b = dpb(b, b_or(nib(wg, lo + 32 * w + 128, 4 * (t >> 1)), high_bits(wg, hi + 32 * w + 128, 2 * t, 3)),
-                        xq, e + 16 + 4 * w)
+            u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
             s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
             s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-            acc = dot_add(acc, a, s0, xa[XD, kx])
-            acc = dot_add(acc, b, s1, xa[XD, kx])
-            tail = offset_add(tail, s0, xa[XC16, 2 * kx])
-            tail = offset_add(tail, s1, xa[XC16, 2 * kx + 1])
+            acc, tail = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + j, s0, s1, acc, tail)
     return acc, tail
+
+
+@_exact
+def _q6_k_steps(wg, o, h, t):
+    # run 4h + t's eight steps as unsigned six-bit quants
+    lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
+    hi = o + _Q6_K_QH + 256 * h
+    sh = 4 * (t >> 1)
+    return (b_or(nib(wg, lo, sh), high_bits(wg, hi, 2 * t, 3)),
+            b_or(nib(wg, lo + 32, sh), high_bits(wg, hi + 32, 2 * t, 3)),
+            b_or(nib(wg, lo + 64, sh), high_bits(wg, hi + 64, 2 * t, 3)),
+            b_or(nib(wg, lo + 96, sh), high_bits(wg, hi + 96, 2 * t, 3)),
+            b_or(nib(wg, lo + 128, sh), high_bits(wg, hi + 128, 2 * t, 3)),
+            b_or(nib(wg, lo + 160, sh), high_bits(wg, hi + 160, 2 * t, 3)),
+            b_or(nib(wg, lo + 192, sh), high_bits(wg, hi + 192, 2 * t, 3)),
+            b_or(nib(wg, lo + 224, sh), high_bits(wg, hi + 224, 2 * t, 3)))
 
 
 @_exact
 def _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, dx, s, acc):
     # one token's run pair half (low or high nibbles: u at word column qo, v at qo + 128) of a
     # Q4_K super-block: `_q4_k_superblock`'s dots, then its dot_add
-    a = dpb(dpb(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), u2, xq, e + 8), u3, xq, e + 12)
-    b = dpb(dpb(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), v2, xq, e + 24), v3, xq, e + 28)
+    a, b = _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, e)
     return dot_add(acc, iadd8(a, b), s, dx)
 
 
@@ -477,11 +494,10 @@ def _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
 
 
 @_exact
-def _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, e, kx, s0, s1, acc, tail):
-    # one token's part of a Q6_K run whose steps (u: 16-quant group 2j, v: 2j + 1) are unpacked:
-    # the same exact dots, then the same float operations in the same order as `_q6_k_superblock`
-    a = dpb(dpb(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), u2, xq, e + 8), u3, xq, e + 12)
-    b = dpb(dpb(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), v2, xq, e + 24), v3, xq, e + 28)
+def _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, kx, s0, s1, acc, tail):
+    # one token's part of a Q6_K run (x block kx) whose steps (u: 16-quant group 2j, v: 2j + 1)
+    # are unpacked; one token alone and four together both run exactly this
+    a, b = _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32)
     acc = dot_add(acc, a, s0, xa[XD, kx])
     acc = dot_add(acc, b, s1, xa[XD, kx])
     tail = offset_add(tail, s0, xa[XC16, 2 * kx])
@@ -498,24 +514,13 @@ def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
         for t in range(4):
             j = 4 * h + t
             kx = sb * 8 + j
-            e = kx * 32
-            lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
-            hi = o + _Q6_K_QH + 256 * h
-            sh = 4 * (t >> 1)
-            u0 = b_or(nib(wg, lo, sh), high_bits(wg, hi, 2 * t, 3))
-            u1 = b_or(nib(wg, lo + 32, sh), high_bits(wg, hi + 32, 2 * t, 3))
-            u2 = b_or(nib(wg, lo + 64, sh), high_bits(wg, hi + 64, 2 * t, 3))
-            u3 = b_or(nib(wg, lo + 96, sh), high_bits(wg, hi + 96, 2 * t, 3))
-            v0 = b_or(nib(wg, lo + 128, sh), high_bits(wg, hi + 128, 2 * t, 3))
-            v1 = b_or(nib(wg, lo + 160, sh), high_bits(wg, hi + 160, 2 * t, 3))
-            v2 = b_or(nib(wg, lo + 192, sh), high_bits(wg, hi + 192, 2 * t, 3))
-            v3 = b_or(nib(wg, lo + 224, sh), high_bits(wg, hi + 224, 2 * t, 3))
+            u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
             s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
             s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-            c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x0, a0, e, kx, s0, s1, c0, t0)
-            c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x1, a1, e, kx, s0, s1, c1, t1)
-            c2, t2 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x2, a2, e, kx, s0, s1, c2, t2)
-            c3, t3 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x3, a3, e, kx, s0, s1, c3, t3)
+            c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x0, a0, kx, s0, s1, c0, t0)
+            c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x1, a1, kx, s0, s1, c1, t1)
+            c2, t2 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x2, a2, kx, s0, s1, c2, t2)
+            c3, t3 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x3, a3, kx, s0, s1, c3, t3)
     return c0, c1, c2, c3, t0, t1, t2, t3
 
 
@@ -537,11 +542,7 @@ def four_tokens_k(code, wg, XQ, XA, OUT, t, oo, tile):
         else:
             c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
                                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c = _offset_scale(code)
-    store_rows(OUT[t], oo, c0, t0, c)
-    store_rows(OUT[t + 1], oo, c1, t1, c)
-    store_rows(OUT[t + 2], oo, c2, t2, c)
-    store_rows(OUT[t + 3], oo, c3, t3, c)
+    _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3)
 
 
 @_exact

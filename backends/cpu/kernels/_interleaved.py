@@ -8,9 +8,10 @@ block scale. Offsets (a format's zero point, Q4_0's -8 d, or a minimum) go to a 
 `tail`, added at the end: out = acc + c * tail, c a power of two or 1, so exact.
 
 Same contract as the grouped kernels (`_grouped.py`): a token's bits do not depend on the other
-tokens of the call. Each token walks the row group alone with the same sequence of exact
-integer dots and explicit `llvm.fma`s, no fast-math flags; a group's tiles stay in L1 for the
-next token.
+tokens of the call. Each token runs the same sequence of exact integer dots and explicit
+`llvm.fma`s, no fast-math flags, whether alone or in a block of four that shares each block's
+unpacking (`four_tokens`, `four_tokens_k`: prompts, batched decode); a group's tiles stay in L1
+for the next tokens, and a prompt goes in chunks of TOKENS_PER_CHUNK tokens.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ block scale. Offsets (a format's zero point, Q4_0's -8 d, or a minimum) go to a 
 Same contract as the grouped kernels (`_grouped.py`): a token's bits do not depend on the other
 tokens of the call. Each token runs the same sequence of exact integer dots and explicit
 `llvm.fma`s, no fast-math flags, whether alone or in a block of four that shares each block's
-unpacking (`four_tokens`, `four_tokens_k`: prompts, batched decode); a group's tiles stay in L1
+unpacking (`four_tokens`: prompts, batched decode); a group's tiles stay in L1
 for the next tokens, and a prompt goes in chunks of TOKENS_PER_CHUNK tokens.
 """
 from __future__ import annotations
@@ -291,23 +291,6 @@ def _offset_scale(code):
 
 
 @_exact
-def _nibble_steps(code, wg, o, q, hb, xq, e):
-    """The eight steps of one 4- or 5-bit block: (sum of steps 0-3, sum of steps 4-7)."""
-    five = code == F.Q5_0 or code == F.Q5_1
-    a = iz8()
-    b = iz8()
-    for p in range(4):
-        lo = nib(wg, o + q + 32 * p, 0)
-        hi = nib(wg, o + q + 32 * p, 4)
-        if five:
-            lo = b_or(lo, high_bits(wg, o + hb, p, 1))
-            hi = b_or(hi, high_bits(wg, o + hb, p + 4, 1))
-        a = dpb(a, lo, xq, e + 4 * p)
-        b = dpb(b, hi, xq, e + 16 + 4 * p)
-    return a, b
-
-
-@_exact
 def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
     """out[oo:oo+8] = the eight rows of group `wg` (one interleaved row) . x, x given as int8
     (`quantize_q8`'s xq, xa); `code` a literal, tile/q/m/hb the format's `TileLayout` offsets."""
@@ -325,13 +308,10 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
             for p in range(4):
                 a = dpbs(a, wg, o + q + 64 * p, xq, e + 8 * p)
                 b = dpbs(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
+            acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
         else:
-            a, b = _nibble_steps(code, wg, o, q, hb, xq, e)
-        acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
-        if m >= 0:
-            tail = halves_add(tail, wg, o + m, xa[XC32, k])
-        elif code != F.Q8_0:
-            tail = halves_add(tail, wg, o, xa[XC32, k])
+            l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
+            acc, tail = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail)
     store_rows(out, oo, acc, tail, _offset_scale(code))
 
 
@@ -346,7 +326,7 @@ def _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, e):
 
 @_exact
 def _step_quants(code, wg, o, q, hb, p):
-    # steps p and p + 4 of a 4- or 5-bit block as unsigned quants, built as `_nibble_steps` builds them
+    # steps p and p + 4 of a 4- or 5-bit block as unsigned quants: nibbles, and the fifth bit
     lo = nib(wg, o + q + 32 * p, 0)
     hi = nib(wg, o + q + 32 * p, 4)
     if code == F.Q5_0 or code == F.Q5_1:
@@ -356,8 +336,19 @@ def _step_quants(code, wg, o, q, hb, p):
 
 
 @_exact
+def _block_steps(code, wg, o, q, hb):
+    # the eight steps of a 4- or 5-bit block: (steps 0-3, steps 4-7)
+    l0, h0 = _step_quants(code, wg, o, q, hb, 0)
+    l1, h1 = _step_quants(code, wg, o, q, hb, 1)
+    l2, h2 = _step_quants(code, wg, o, q, hb, 2)
+    l3, h3 = _step_quants(code, wg, o, q, hb, 3)
+    return l0, l1, l2, l3, h0, h1, h2, h3
+
+
+@_exact
 def _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail):
-    # one token's part of a block whose steps are unpacked: `token_rows`'s dots and float operations
+    # one token's part of a 4- or 5-bit block whose steps are unpacked; one token alone
+    # (`token_rows`) and four together both run exactly this
     e = k * 32
     a, b = _eight_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, e)
     acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
@@ -375,51 +366,35 @@ def _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3):
 
 
 @_exact
-def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
-    """`token_rows` for tokens t..t+3 of a 4- or 5-bit format: each block is unpacked once for the
-    four (the unpacking is most of a block's instructions), and each token's bits are those it
-    gets alone."""
-    literally(code)
-    x0, x1, x2, x3 = XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3]
-    a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
-    c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
-    t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
-    for k in range(x0.shape[0] // 32):
-        o = k * tile
-        prefetch(wg, o + PREFETCH_BYTES)
-        l0, h0 = _step_quants(code, wg, o, q, hb, 0)
-        l1, h1 = _step_quants(code, wg, o, q, hb, 1)
-        l2, h2 = _step_quants(code, wg, o, q, hb, 2)
-        l3, h3 = _step_quants(code, wg, o, q, hb, 3)
-        c0, t0 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x0, a0, k, c0, t0)
-        c1, t1 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x1, a1, k, c1, t1)
-        c2, t2 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x2, a2, k, c2, t2)
-        c3, t3 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x3, a3, k, c3, t3)
-    _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3)
-
-
-@_exact
 def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
     # runs 2p (low nibbles) and 2p+1 (high) share a 32-byte word column; x blocks kx, kx + 1
     d = halves(wg, o)
     dmin = halves(wg, o + 16)
     for p in range(4):
-        qo = o + _Q4_K_Q + 256 * p
         kx = sb * 8 + 2 * p
-        e = kx * 32
-        a0, a1, b0, b1 = iz8(), iz8(), iz8(), iz8()
-        for w in range(4):
-            a0 = dpb(a0, nib(wg, qo + 32 * w, 0), xq, e + 4 * w)
-            a1 = dpb(a1, nib(wg, qo + 32 * w + 128, 0), xq, e + 16 + 4 * w)
-            b0 = dpb(b0, nib(wg, qo + 32 * w, 4), xq, e + 32 + 4 * w)
-            b1 = dpb(b1, nib(wg, qo + 32 * w + 128, 4), xq, e + 48 + 4 * w)
-        sc = o + _Q4_K_SCALE + 16 * p
-        mn = o + _Q4_K_MINS + 16 * p
-        acc = dot_add(acc, iadd8(a0, a1), scale_bytes(d, wg, sc, False), xa[XD, kx])
-        acc = dot_add(acc, iadd8(b0, b1), scale_bytes(d, wg, sc + 8, False), xa[XD, kx + 1])
-        tail = offset_add(tail, scale_bytes(dmin, wg, mn, False), xa[XC32, kx])
-        tail = offset_add(tail, scale_bytes(dmin, wg, mn + 8, False), xa[XC32, kx + 1])
+        for half in range(2):
+            u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
+            s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+            acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32 + 32 * half, xa[XD, kx + half], s, acc)
+        tail = _q4_k_tail(wg, o, dmin, p, xa, kx, tail)
     return acc, tail
+
+
+@_exact
+def _q4_k_steps(wg, o, p, half):
+    # run 2p + half's eight steps: its nibbles (low or high) of word columns qo and qo + 128
+    qo = o + _Q4_K_Q + 256 * p
+    sh = 4 * half
+    return (nib(wg, qo, sh), nib(wg, qo + 32, sh), nib(wg, qo + 64, sh), nib(wg, qo + 96, sh),
+            nib(wg, qo + 128, sh), nib(wg, qo + 160, sh), nib(wg, qo + 192, sh), nib(wg, qo + 224, sh))
+
+
+@_exact
+def _q4_k_tail(wg, o, dmin, p, xa, kx, tail):
+    # the minima of runs 2p and 2p + 1 times x's sums
+    mn = o + _Q4_K_MINS + 16 * p
+    tail = offset_add(tail, scale_bytes(dmin, wg, mn, False), xa[XC32, kx])
+    return offset_add(tail, scale_bytes(dmin, wg, mn + 8, False), xa[XC32, kx + 1])
 
 
 @_exact
@@ -455,8 +430,8 @@ def _q6_k_steps(wg, o, h, t):
 
 @_exact
 def _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, dx, s, acc):
-    # one token's run pair half (low or high nibbles: u at word column qo, v at qo + 128) of a
-    # Q4_K super-block: `_q4_k_superblock`'s dots, then its dot_add
+    # one token's part of a Q4_K run (`_q4_k_steps`): its dots, then the scaled sum; one token
+    # alone and four together both run exactly this
     a, b = _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, e)
     return dot_add(acc, iadd8(a, b), s, dx)
 
@@ -468,29 +443,19 @@ def _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
     d = halves(wg, o)
     dmin = halves(wg, o + 16)
     for p in range(4):
-        qo = o + _Q4_K_Q + 256 * p
         kx = sb * 8 + 2 * p
-        e = kx * 32
-        sc = o + _Q4_K_SCALE + 16 * p
-        mn = o + _Q4_K_MINS + 16 * p
         for half in range(2):
-            sh = 4 * half
-            u0, u1 = nib(wg, qo, sh), nib(wg, qo + 32, sh)
-            u2, u3 = nib(wg, qo + 64, sh), nib(wg, qo + 96, sh)
-            v0, v1 = nib(wg, qo + 128, sh), nib(wg, qo + 160, sh)
-            v2, v3 = nib(wg, qo + 192, sh), nib(wg, qo + 224, sh)
-            s = scale_bytes(d, wg, sc + 8 * half, False)
-            eh = e + 32 * half
-            c0 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x0, eh, a0[XD, kx + half], s, c0)
-            c1 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x1, eh, a1[XD, kx + half], s, c1)
-            c2 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x2, eh, a2[XD, kx + half], s, c2)
-            c3 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x3, eh, a3[XD, kx + half], s, c3)
-        m0 = scale_bytes(dmin, wg, mn, False)
-        m1 = scale_bytes(dmin, wg, mn + 8, False)
-        t0 = offset_add(offset_add(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
-        t1 = offset_add(offset_add(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
-        t2 = offset_add(offset_add(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])
-        t3 = offset_add(offset_add(t3, m0, a3[XC32, kx]), m1, a3[XC32, kx + 1])
+            u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
+            s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+            e = kx * 32 + 32 * half
+            c0 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x0, e, a0[XD, kx + half], s, c0)
+            c1 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x1, e, a1[XD, kx + half], s, c1)
+            c2 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x2, e, a2[XD, kx + half], s, c2)
+            c3 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x3, e, a3[XD, kx + half], s, c3)
+        t0 = _q4_k_tail(wg, o, dmin, p, a0, kx, t0)
+        t1 = _q4_k_tail(wg, o, dmin, p, a1, kx, t1)
+        t2 = _q4_k_tail(wg, o, dmin, p, a2, kx, t2)
+        t3 = _q4_k_tail(wg, o, dmin, p, a3, kx, t3)
     return c0, c1, c2, c3, t0, t1, t2, t3
 
 
@@ -526,23 +491,35 @@ def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
 
 
 @_exact
-def four_tokens_k(code, wg, XQ, XA, OUT, t, oo, tile):
-    """`token_rows_k` for tokens t..t+3 at once: each token's bits are those it gets alone."""
+def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
+    """`token_rows` / `token_rows_k` for tokens t..t+3 at once (any format but Q8_0, whose quants
+    are read as they are: nothing to share). Each block or super-block is unpacked once for the
+    four, most of its instructions, and each token's bits are those it gets alone."""
     literally(code)
     x0, x1, x2, x3 = XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3]
     a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
     c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
     t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
-    for sb in range(x0.shape[0] // 256):
-        o = sb * tile
-        for line in range(0, tile, 64):
-            prefetch(wg, o + line + PREFETCH_BYTES)
-        if code == F.Q4_K:
-            c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
-                                                               c0, c1, c2, c3, t0, t1, t2, t3)
-        else:
-            c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
-                                                               c0, c1, c2, c3, t0, t1, t2, t3)
+    if code == F.Q4_K or code == F.Q6_K:
+        for sb in range(x0.shape[0] // 256):
+            o = sb * tile
+            for line in range(0, tile, 64):
+                prefetch(wg, o + line + PREFETCH_BYTES)
+            if code == F.Q4_K:
+                c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+                                                                   c0, c1, c2, c3, t0, t1, t2, t3)
+            else:
+                c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+                                                                   c0, c1, c2, c3, t0, t1, t2, t3)
+    else:
+        for k in range(x0.shape[0] // 32):
+            o = k * tile
+            prefetch(wg, o + PREFETCH_BYTES)
+            l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
+            c0, t0 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x0, a0, k, c0, t0)
+            c1, t1 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x1, a1, k, c1, t1)
+            c2, t2 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x2, a2, k, c2, t2)
+            c3, t3 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x3, a3, k, c3, t3)
     _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3)
 
 
@@ -570,11 +547,7 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
     for g in range(g0, g1):
         wg = wp[g]
         first = t0
-        if code == F.Q4_K or code == F.Q6_K:
-            while first + 4 <= t1:
-                four_tokens_k(code, wg, XQ, XA, OUT, first, g * ROWS, tile)
-                first += 4
-        elif code != F.Q8_0:  # Q8_0's quants are read as they are: nothing to share
+        if code != F.Q8_0:
             while first + 4 <= t1:
                 four_tokens(code, wg, XQ, XA, OUT, first, g * ROWS, tile, q, m, hb)
                 first += 4

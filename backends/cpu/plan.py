@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numba
 import numpy as np
 from llamay_backends.cpu import extended, kernels, ops
+from llamay_backends.cpu.program import Program
 
 from llamay_core.backend_api import Batch
 from llamay_core.graph import ops as G
@@ -76,7 +77,7 @@ def _rows_count(p: "PassInfo") -> int:
 
 class CpuPlan:
     def __init__(self, graph: Graph, weights: dict[str, Any], store: HostPageStore, max_tokens: int,
-                 int8_decode: bool = False) -> None:
+                 int8_decode: bool = False, compiled_decode: bool = True) -> None:
         self.graph = graph
         self.int8_decode = int8_decode
         self.weights = weights
@@ -92,6 +93,9 @@ class CpuPlan:
         self._q8_buffers: dict[int, np.ndarray] = {}  # prefill activations through the int8 scheme
         self._q8_key: dict[int, tuple[int, str, int, int]] = {}  # what each of those buffers holds
         self._passes = 0
+        self.decode_calls: dict[str, kernels.DecodeCall] = {}  # each matmul's kernel for few rows, by output
+        # few-row passes run as compiled stretches of these same steps (`program.py`)
+        self.program = Program(self) if compiled_decode else None
         last_use = {}
         for i, node in enumerate(graph.nodes):
             for name in node.inputs():
@@ -102,6 +106,8 @@ class CpuPlan:
             selected = isinstance(node, G.SelectRows) or any(i in self._selected for i in inputs if i)
             self._count = _rows_count if selected and not isinstance(node, G.SelectRows) else _tokens_count
             self.steps.append(self._step(node))
+            if self.program is not None:
+                self.program.add(node, self._count is _rows_count)
             if selected:
                 self._selected.update(node.outputs())
             # A value's buffer is reused once its last reader has been planned (never by that
@@ -111,6 +117,8 @@ class CpuPlan:
                     buf = self.buffers[name]
                     self._free.setdefault(buf.shape[1], []).append(buf)
         self.dispatches_per_pass = len(self.steps)
+        if self.program is not None:
+            self.program.finish()
 
     # -- buffers ------------------------------------------------------------------------------
     def _buffer(self, name: str, width: int) -> np.ndarray:
@@ -231,12 +239,17 @@ class CpuPlan:
         bias = self.weights[node.bias].vector if node.bias else None
         code, rows = wt.code, wt.rows
         after_select = node.x in self._selected
-        # the logits matmul stays exact: int8 activations there move near-tied logits directly
-        int8 = self.int8_decode and not after_select and kernels.uses_q8(code)
+        # the logits matmul too, as llama.cpp's: float activations there cost gemma3:270m a third
+        # of its decode (a 178 MB Q8_0 table: 8.2 ms a token against 5.6 on int8 dots), and the
+        # calibrated conformance passes with it (docs/performance.md, eleventh session)
+        int8 = self.int8_decode and kernels.uses_q8(code)
         # int8 decode reads the formats it can interleave eight rows at a time (`kernels/interleaved.py`)
         # from that layout only, and prefill rebuilds its tiles from it: one copy of the weight in use
         packed = wt.interleaved() if int8 else None
-        grouped = self._decode_kernel(code, rows, packed, x.shape[1], int8=int8)
+        # int8 (where `uses_q8`: AVX2 or VNNI dots): each row of X quantized on its own to int8 per
+        # 32, integer dots, on the interleaved weight where there is one; float: the grouped
+        # kernels. Every one gives a row the same bits alone or beside others.
+        grouped = self.decode_calls[node.out] = kernels.decode_call(code, rows, packed, x.shape[1], int8=int8)
         weight, interleaved = (rows, False) if packed is None else (packed, True)
 
         # a prompt through the decode kernel itself, where it beats BLAS on dequantized tiles
@@ -255,9 +268,10 @@ class CpuPlan:
         def matmul(p: PassInfo) -> None:
             n = count(p)
             if after_select:
-                # logit rows: a few per sequence (decode, draft verification) unless logits() asked
-                # for a whole prompt's, where BLAS tiles win and no other sequence shares the pass
-                if p.logits_small:
+                # logit rows: a few per sequence (decode, draft verification), or a whole prompt's
+                # when logits() asked; the interleaved int8 kernel takes any number (each row then
+                # has its decode bits), float activations BLAS tiles for many
+                if p.logits_small or interleaved:
                     grouped(x[:n], out[:n])
                 else:
                     kernels.matmul(code, rows, x[:n], out[:n], pool=p.pool, workers=p.workers)
@@ -288,21 +302,6 @@ class CpuPlan:
             kernels.q8_roundtrip(x[a:b], out)
             self._q8_key[x.shape[1]] = key
         return out
-
-    def _decode_kernel(self, code: int, rows: np.ndarray, packed: np.ndarray | None, cols: int,
-                       int8: bool) -> Callable[[np.ndarray, np.ndarray], None]:
-        """The kernel for a sequence's few rows (decode, draft verification): f(X, OUT).
-
-        int8 (where `uses_q8`: AVX2 or VNNI dots): each row of X is quantized on its own to int8
-        per 32, integer dots, on the interleaved weight where there is one (`packed`: eight rows
-        per vector, `kernels/_interleaved.py`), else the grouped int8 kernel. Float: the grouped
-        kernels (`kernels/_grouped.py`) unpack each weight run once for up to eight rows. Every
-        one gives a row the same bits alone or beside others.
-        """
-        if packed is not None:
-            return kernels.interleaved_kernel(code, packed, cols)
-        fn = kernels.grouped_kernel(code, rows, cols, int8=int8)
-        return lambda X, OUT: fn(rows, X, OUT)
 
     def _attention_step(self, node: G.Attention) -> Callable[[PassInfo], None]:
         count = self._count
@@ -357,6 +356,8 @@ class CpuPlan:
             with self._blas_limit(limits=1, user_api="blas"):
                 for step in self.steps:
                     step(p)
+        elif self.program is not None and p.all_small and p.logits_small:
+            self.program(p)
         else:
             for step in self.steps:
                 step(p)

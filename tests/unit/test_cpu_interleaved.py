@@ -133,3 +133,23 @@ else:
     @given(st.sampled_from(FORMATS), st.integers(1, 4), st.integers(1, 3), st.integers(1, 4), st.integers(0, 2**31))
     def test_interleaved_int8_is_the_scheme_for_any_shape(name, groups, blocks, tokens, seed):
         check(name, 8 * groups, blocks, tokens, seed, kernel=interleaved)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("n_weights", [2, 3])
+def test_weights_sharing_their_rows_in_one_loop_get_the_bits_of_separate_calls(name, n_weights):
+    """`interleaved_multi` (q, k, v in one parallel loop) against each weight's own call."""
+    rng = np.random.default_rng(11)
+    code = K.type_code(name)
+    cols = columns(name, 2 if name.endswith("_K") else 6)
+    calls = [K.decode_call(code, w, K.interleave(code, w), cols, int8=True)
+             for w in (make_weights(name, rows, cols, rng) for rows in (40, 16, 24)[:n_weights])]
+    for tokens in (1, 5, 70):  # one, a four-token block and a tail, past a 64-token chunk
+        X = activations(rng, tokens, cols)
+        alone = [np.empty((tokens, c.rows), np.float32) for c in calls]
+        for c, out in zip(calls, alone):
+            c(X, out)
+        together = [np.full((tokens, c.rows), np.nan, np.float32) for c in calls]
+        K.interleaved_multi(calls, X, together)
+        for a, b in zip(alone, together):
+            np.testing.assert_array_equal(a, b)

@@ -11,6 +11,8 @@ Public surface:
     uses_q8(code)                       which of the two `matvec` runs on this CPU
     matmul(code, w, X, OUT)             prefill, OUT = X @ W.T (dequantized tiles + BLAS)
     matmul_grouped(code, w, X, OUT)     a few tokens at once, each bit-identical to alone
+    decode_call(code, w, packed, cols, int8)   a weight's few-row kernel, chosen once; callable
+                                        from Python, and from compiled code as `decode_matmul`
     interleave(code, w) + interleaved_kernel(code, wp, cols)   the same with int8 activations on
                                         rows interleaved eight at a time (`interleaved.py`);
                                         prompts too for the formats in INT8_PREFILL
@@ -39,7 +41,7 @@ def _drop_stale_numba_cache() -> None:
     otherwise keep serving stale machine code.
     """
     here = Path(__file__).resolve().parent
-    users = [here.parent / "ops.py", here.parent / "segment_attention.py"]
+    users = [here.parent / "ops.py", here.parent / "segment_attention.py", here.parent / "program.py"]
     digest = hashlib.sha256()
     for src in sorted(here.glob("*.py")) + users:
         digest.update(src.name.encode())
@@ -112,6 +114,8 @@ from ._api import (  # noqa: E402
     uses_q8,
 )
 from ._interleaved import interleaved_kernel  # noqa: E402
+from ._decode_call import (INTERLEAVED, MULTI, DecodeCall, decode_call, decode_matmul,  # noqa: E402
+                           decode_matmul_multi, empty_weight, formats_key, interleaved_multi)
 from .interleaved import can_pack as can_interleave  # noqa: E402
 from .interleaved import pack as interleave  # noqa: E402
 from .interleaved import INT8_PREFILL  # noqa: E402
@@ -140,6 +144,8 @@ __all__ = [
     "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_VNNI",
     "matmul", "matmul_fused", "matmul_q8", "q8_roundtrip", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "interleaved_kernel", "can_interleave", "interleave", "INT8_PREFILL",
+    "DecodeCall", "decode_call", "decode_matmul", "decode_matmul_multi", "interleaved_multi", "empty_weight", "formats_key",
+    "INTERLEAVED", "MULTI",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",
 ]

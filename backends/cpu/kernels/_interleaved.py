@@ -576,6 +576,36 @@ def _tasks(code, wp, X, OUT, tile, q, m, hb):
                             min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
 
 
+@njit(parallel=True, cache=True)
+def _tasks_multi(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    # `_tasks` for up to three weights of one format that read the same X (q, k and v; gate and
+    # up): one parallel loop over all their row groups instead of one loop each (a decode layer
+    # of smollm2:135m: 17.5 -> 9.5 us for q, k and v). Each token's rows get the bits `_tasks`
+    # gives them. A weight with no row groups (shape (0, _)) takes no task.
+    literally(code)
+    T, cols = X.shape
+    XQ = np.empty((T, cols), np.int8)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
+    for t in range(T):
+        quantize_q8(X[t], XQ[t], XA[t])
+    n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n1 = (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n2 = (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n_tasks = n0 + n1 + n2
+    n_chunks = (T + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK
+    for c in prange(n_chunks * n_tasks):
+        t0 = c // n_tasks * TOKENS_PER_CHUNK
+        k = c % n_tasks
+        wp, OUT = w0, O0
+        if k >= n0 + n1:
+            wp, OUT, k = w2, O2, k - n0 - n1
+        elif k >= n0:
+            wp, OUT, k = w1, O1, k - n0
+        g0 = k * GROUPS_PER_TASK
+        interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, min(wp.shape[0], g0 + GROUPS_PER_TASK), t0,
+                            min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
+
+
 # one entry per format, so each compiles (and caches) on its first use only
 @njit(cache=True)
 def _q4_0(wp, X, OUT, tile, q, m, hb):
@@ -613,6 +643,45 @@ def _q6_k(wp, X, OUT, tile, q, m, hb):
 
 
 _ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q6_K: _q6_k}
+
+
+@njit(cache=True)
+def _q4_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(2, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q4_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(3, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q5_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(6, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q5_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(7, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q8_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(8, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q4_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q6_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks_multi(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+_ENTRY_MULTI = {F.Q4_0: _q4_0_multi, F.Q4_1: _q4_1_multi, F.Q5_0: _q5_0_multi, F.Q5_1: _q5_1_multi,
+                F.Q8_0: _q8_0_multi, F.Q4_K: _q4_k_multi, F.Q6_K: _q6_k_multi}
 
 
 def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray], None]:

@@ -1,0 +1,451 @@
+"""Decode passes as compiled programs: stretches of the plan's steps run in one Numba call.
+
+Why: a decode token of smollm2:135m is ~480 steps of a few microseconds of work each, and from
+Python each step costs 3-5 us on top (slicing, typing its arguments, dispatch): measured ~2 ms
+of a 6.5 ms token. The plan encodes each step it can as one row of integers and one of floats;
+a pass whose sequences all have few rows runs each stretch of encoded steps with a single call
+of `_run`, which calls the kernels the Python steps call, with the same arguments, in the same
+order, so a token gets the same bits on either path (tests compare them). Steps with no encoding
+(inputs, exports, mixtures of experts, f16/vq8 KV pages) stay Python steps between stretches.
+
+`_run` is compiled once per set of matmul kernels a model uses (`kernels.formats_key`), and
+Numba caches it on disk like the kernels. Calls go straight to the compiled entry point: the
+arguments' types are fixed when the program is built, so no per-call typing is needed.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from llamay_backends.cpu import kernels, ops
+from numba import carray, literally, njit, typeof, types
+from numba.extending import intrinsic
+from numba.np.ufunc.parallel import _launch_threads
+
+from llamay_core.graph import ops as G
+
+# instruction columns: integers
+OP, SEL, A, B, OUT, W, V, P0, P1, P2, P3, P4, P5, P6, P7, W2, OUT2, V2, W3, OUT3, V3 = range(21)
+N_INTS, N_FLOATS = 21, 2
+# opcodes
+EMBED, RMS_NORM, MATMUL, ADD, MUL, SCALE, ROPE, KV_WRITE, ATTENTION, SILU_MUL, GELU_MUL, SOFTCAP, SELECT, \
+    COLUMNS = range(1, 15)
+
+SERIAL_ROWS = ops.SERIAL_ROWS
+
+
+class ArrayTable:
+    """Arrays of one dtype handed to `_run` as rows (address, shape) of an int64 table: Numba's
+    typed lists would do, but building them compiles list code on every start (~2 s measured),
+    where this is a NumPy array. The table keeps its arrays alive; `_run` views them in place."""
+
+    def __init__(self, dtype: Any, ndim: int) -> None:
+        self.dtype, self.ndim = np.dtype(dtype), ndim
+        self.arrays: list[np.ndarray] = []
+        self._ids: dict[int, int] = {}
+
+    def add(self, array: np.ndarray) -> int:
+        if array.dtype != self.dtype or array.ndim != self.ndim or not array.flags.c_contiguous:
+            raise ValueError(f"expected a C-contiguous {self.dtype}[{self.ndim}d] array")
+        if id(array) not in self._ids:
+            self._ids[id(array)] = len(self.arrays)
+            self.arrays.append(array)
+        return self._ids[id(array)]
+
+    def __len__(self) -> int:
+        return len(self.arrays)
+
+    def table(self) -> np.ndarray:
+        out = np.zeros((max(1, len(self.arrays)), 4), np.int64)
+        for i, a in enumerate(self.arrays):
+            out[i, 0] = a.ctypes.data
+            out[i, 1:1 + a.ndim] = a.shape
+        return out
+
+
+@intrinsic
+def _address(typingctx, addr):
+    def codegen(context, builder, sig, args):
+        return builder.inttoptr(args[0], context.get_value_type(types.voidptr))
+    return types.voidptr(types.int64), codegen
+
+
+@njit(inline="always")
+def _f32_2d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2]), np.float32)
+
+
+@njit(inline="always")
+def _f32_1d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1],), np.float32)
+
+
+@njit(inline="always")
+def _f32_3d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2], table[k, 3]), np.float32)
+
+
+@njit(inline="always")
+def _u8_2d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2]), np.uint8)
+
+
+@njit(inline="always")
+def _f64_1d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1],), np.float64)
+
+
+@njit(inline="always")
+def _f64_2d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2]), np.float64)
+
+
+@njit(cache=True)
+def _run(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index, tables,
+         pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial):
+    """Run instructions `ints`/`floats` for a pass of `n_tok` tokens, `n_rows` of them selected."""
+    literally(formats)
+    for i in range(ints.shape[0]):
+        op = ints[i, OP]
+        n = n_rows if ints[i, SEL] != 0 else n_tok
+        few = n <= SERIAL_ROWS
+        if op == MATMUL:
+            x = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            if ints[i, W2] >= 0:  # two or three weights in one parallel loop (`_fuse`)
+                out2 = _f32_2d(bufs, ints[i, OUT2])[:n]
+                out3 = _f32_2d(bufs, ints[i, OUT3])[:n] if ints[i, OUT3] >= 0 else out
+                kernels.decode_matmul_multi(formats, ints[i, P1], _u8_2d(weights, ints[i, W]),
+                                            _u8_2d(weights, ints[i, W2]), _u8_2d(weights, ints[i, W3]), x, out,
+                                            out2, out3, ints[i, P2], ints[i, P3], ints[i, P4], ints[i, P5])
+            else:
+                kernels.decode_matmul(formats, ints[i, P0], ints[i, P1], _u8_2d(weights, ints[i, W]), x, out,
+                                      ints[i, P2], ints[i, P3], ints[i, P4], ints[i, P5])
+            for o, v in ((OUT, V), (OUT2, V2), (OUT3, V3)):
+                if ints[i, v] >= 0:
+                    y = _f32_2d(bufs, ints[i, o])[:n]
+                    if few:
+                        ops._add_bias_rows(y, _f32_1d(vecs, ints[i, v]), 0, n)
+                    else:
+                        ops._add_bias_par(y, _f32_1d(vecs, ints[i, v]))
+        elif op == RMS_NORM:
+            x = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            has_w = ints[i, P0] != 0
+            if few:
+                ops._rms_norm_rows(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out, 0, n)
+            else:
+                ops._rms_norm_par(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out)
+        elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
+            a = _f32_2d(bufs, ints[i, A])[:n]
+            b = _f32_2d(bufs, ints[i, B])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            if op == ADD:
+                if few:
+                    ops._add_rows(a, b, out, 0, n)
+                else:
+                    ops._add_par(a, b, out)
+            elif op == MUL:
+                if few:
+                    ops._mul_rows(a, b, out, 0, n)
+                else:
+                    ops._mul_par(a, b, out)
+            elif op == SILU_MUL:
+                if few:
+                    ops._silu_mul_rows(a, b, out, 0, n)
+                else:
+                    ops._silu_mul_par(a, b, out)
+            else:
+                if few:
+                    ops._gelu_mul_rows(a, b, out, 0, n)
+                else:
+                    ops._gelu_mul_par(a, b, out)
+        elif op == ROPE:
+            slot = ints[i, P0]
+            cos = _f64_2d(angles, 2 * slot)[:n_tok]
+            sin = _f64_2d(angles, 2 * slot + 1)[:n_tok]
+            if angle_pass[slot] != serial:  # once per pass for every rope with these frequencies
+                if n_tok <= SERIAL_ROWS:
+                    ops._rope_angle_rows(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin, 0, n_tok)
+                else:
+                    ops._rope_angle_par(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin)
+                angle_pass[slot] = serial
+            x = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            n_heads, head_dim, n_rot, neox = ints[i, P1], ints[i, P2], ints[i, P3], ints[i, P4] != 0
+            if few:
+                ops._rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, n)
+            else:
+                ops._rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
+            mscale = np.float32(floats[i, 0])
+            if mscale != np.float32(1.0):
+                for t in range(n):
+                    for h in range(n_heads):
+                        for j in range(n_rot):
+                            out[t, h * head_dim + j] = out[t, h * head_dim + j] * mscale
+        elif op == KV_WRITE:
+            k = _f32_2d(bufs, ints[i, A])[:n]
+            v = _f32_2d(bufs, ints[i, B])[:n]
+            if few:
+                ops._kv_write_rows(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), 0, n)
+            else:
+                ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
+        elif op == ATTENTION:
+            q = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            if ints[i, P7] != 0:
+                ops._attention_vec(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
+                                   ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
+                                   arange[:n], out)
+            else:
+                ops._attention_scalar(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
+                                      ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
+                                      out)
+        elif op == EMBED:
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            kernels.dequantize_rows(ints[i, P0], _u8_2d(weights, ints[i, W]), tokens, out)
+            factor = np.float32(floats[i, 0])
+            if factor != np.float32(1.0):
+                if few:
+                    ops._scale_rows(out, factor, out, 0, n)
+                else:
+                    ops._scale_par(out, factor, out)
+        elif op == SCALE:
+            x = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            factor = np.float32(floats[i, 0])
+            if few:
+                ops._scale_rows(x, factor, out, 0, n)
+            else:
+                ops._scale_par(x, factor, out)
+        elif op == SOFTCAP:
+            x = _f32_2d(bufs, ints[i, A])[:n]
+            out = _f32_2d(bufs, ints[i, OUT])[:n]
+            if few:
+                ops._softcap_rows(x, floats[i, 0], out, 0, n)
+            else:
+                ops._softcap_par(x, floats[i, 0], out)
+        elif op == SELECT:
+            x = _f32_2d(bufs, ints[i, A])
+            out = _f32_2d(bufs, ints[i, OUT])
+            for j in range(n_rows):
+                out[j, :] = x[rows[j], :]
+        elif op == COLUMNS:
+            x = _f32_2d(bufs, ints[i, A])
+            out = _f32_2d(bufs, ints[i, OUT])
+            start, width = ints[i, P0], ints[i, P1]
+            for t in range(n):
+                out[t, :] = x[t, start:start + width]
+        else:
+            raise ValueError("unknown instruction")
+
+
+class Program:
+    """The plan's steps as instructions (`add` per step, then `finish`), run by `__call__` for a
+    pass whose sequences all have few rows."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self._ints: list[np.ndarray] = []
+        self._floats: list[np.ndarray] = []
+        self._encoded: list[bool] = []
+        self._calls: list[Any] = []  # the DecodeCalls of the encoded matmuls, by instruction
+        self._pairs: set[tuple[int, int]] = set()  # their (kind, format) pairs, for `_run`'s dispatch
+        self.bufs = ArrayTable(np.float32, 2)  # the plan's activation buffers
+        self.weights = ArrayTable(np.uint8, 2)
+        self.vecs = ArrayTable(np.float32, 1)  # norm weights, biases
+        self.freqs = ArrayTable(np.float64, 1)  # rope frequencies, one per angle slot
+        self.angles = ArrayTable(np.float64, 2)  # a slot's cos and sin, [max_tokens, n_rot / 2] each
+        self.kv = ArrayTable(np.float32, 3)  # f32 K and V pages, per layer
+        self._slots: dict[tuple[bytes, float], int] = {}
+        self.segments: list[Any] = []  # (ints, floats) stretches and Python step indices
+        self._entry: Any = None
+        self._arange = np.arange(plan.max_tokens, dtype=np.int64)
+
+    # -- building -----------------------------------------------------------------------------
+    def _buf(self, name: str) -> int:
+        return self.bufs.add(self.plan.buffers[name])
+
+    def _vec(self, array: np.ndarray) -> int:
+        return self.vecs.add(np.ascontiguousarray(array, np.float32))
+
+    def _slot(self, inv_freq: np.ndarray, freq_scale: float) -> int:
+        key = (inv_freq.tobytes(), freq_scale)
+        if key not in self._slots:
+            self._slots[key] = len(self.freqs)
+            self.freqs.add(np.ascontiguousarray(inv_freq, np.float64))
+            for _ in range(2):
+                self.angles.add(np.zeros((self.plan.max_tokens, len(inv_freq)), np.float64))
+        return self._slots[key]
+
+    def add(self, node: Any, selected: bool) -> None:
+        """Encode the step the plan just built for `node` (`selected`: it runs on the logit rows)."""
+        ints = np.full(N_INTS, -1, np.int64)
+        floats = np.zeros(N_FLOATS, np.float64)
+        ints[SEL] = int(selected)
+        encoded = self._encode(node, ints, floats)
+        self._encoded.append(encoded)
+        self._ints.append(ints)
+        self._floats.append(floats)
+
+    def _encode(self, node: Any, ints: np.ndarray, floats: np.ndarray) -> bool:
+        plan = self.plan
+        if isinstance(node, G.MatMul):
+            call = plan.decode_calls.get(node.out)
+            if call is None:
+                return False
+            self._calls.append(call)
+            self._pairs.add((call.kind, call.code))
+            ints[[OP, A, OUT, W, P0, P1, P2, P3, P4, P5]] = (MATMUL, self._buf(node.x), self._buf(node.out),
+                                                             self.weights.add(call.weight), call.kind,
+                                                             call.code, call.tile, call.q, call.m, call.hb)
+            if node.bias:
+                ints[V] = self._vec(plan.weights[node.bias].vector)
+            return True
+        if isinstance(node, G.RmsNorm):
+            weight = plan.weights[node.weight].vector if node.weight else np.ones(1, np.float32)
+            ints[[OP, A, OUT, V, P0, P1]] = (RMS_NORM, self._buf(node.x), self._buf(node.out), self._vec(weight),
+                                             int(node.weight is not None), int(node.group))
+            floats[:] = (float(node.eps), float(node.weight_offset))
+            return True
+        simple = {G.Add: ADD, G.Mul: MUL, G.SiluMul: SILU_MUL, G.GeluMul: GELU_MUL}
+        if type(node) in simple:
+            a, b = (node.a, node.b) if isinstance(node, (G.Add, G.Mul)) else (node.gate, node.up)
+            ints[[OP, A, B, OUT]] = (simple[type(node)], self._buf(a), self._buf(b), self._buf(node.out))
+            return True
+        if isinstance(node, (G.Rope, G.RopeTable)):
+            if node.mode not in ("normal", "neox"):
+                return False
+            if isinstance(node, G.Rope):
+                inv = node.base ** (-np.arange(0, node.n_rot, 2, dtype=np.float64) / node.n_rot)
+                slot, mscale = self._slot(inv, float(node.freq_scale)), 1.0
+                floats[:] = (mscale, float(node.freq_scale))
+            else:
+                slot = self._slot(np.array(node.freqs, np.float64), 1.0)
+                floats[:] = (float(node.mscale), 1.0)
+            ints[[OP, A, OUT, P0, P1, P2, P3, P4]] = (ROPE, self._buf(node.x), self._buf(node.out), slot,
+                                                      node.n_heads, node.head_dim, node.n_rot,
+                                                      int(node.mode == "neox"))
+            return True
+        if isinstance(node, (G.KvWrite, G.Attention)):
+            if plan.store.spec.dtype != "f32":
+                return False
+            ks, vs = plan.store.layer_arrays(node.layer)[:2]
+            k_id, v_id = self.kv.add(ks), self.kv.add(vs)
+            if isinstance(node, G.KvWrite):
+                ints[[OP, A, B, P0, P1]] = (KV_WRITE, self._buf(node.k), self._buf(node.v), k_id, v_id)
+                return True
+            vec = int(not (node.key_dim % 32 != 0 or node.value_dim % 64 != 0))
+            ints[[OP, A, OUT, P0, P1, P2, P3, P4, P5, P6, P7]] = (
+                ATTENTION, self._buf(node.q), self._buf(node.out), k_id, v_id, node.n_heads, node.n_kv_heads,
+                node.key_dim, node.value_dim, int(node.window), vec)
+            floats[:] = (float(node.scale), float(node.softcap))
+            return True
+        if isinstance(node, G.Embed):
+            wt = plan.weights[node.weight]
+            ints[[OP, OUT, W, P0]] = (EMBED, self._buf(node.out), self.weights.add(wt.rows), wt.code)
+            floats[0] = float(np.float32(node.scale))
+            return True
+        if isinstance(node, G.Scale):
+            ints[[OP, A, OUT]] = (SCALE, self._buf(node.x), self._buf(node.out))
+            floats[0] = float(np.float32(node.factor))
+            return True
+        if isinstance(node, G.Softcap):
+            ints[[OP, A, OUT]] = (SOFTCAP, self._buf(node.x), self._buf(node.out))
+            floats[0] = float(node.cap)
+            return True
+        if isinstance(node, G.SelectRows):
+            ints[[OP, A, OUT]] = (SELECT, self._buf(node.x), self._buf(node.out))
+            return True
+        if isinstance(node, G.Columns):
+            ints[[OP, A, OUT, P0, P1]] = (COLUMNS, self._buf(node.x), self._buf(node.out), node.start, node.width)
+            return True
+        return False
+
+    def finish(self) -> None:
+        """Cut the instructions into stretches between Python steps and compile `_run` for them."""
+        start = None
+        for i, encoded in enumerate(self._encoded + [False]):
+            if encoded and start is None:
+                start = i
+            if not encoded:
+                if start is not None:
+                    ints, floats = self._fuse(self._ints[start:i], self._floats[start:i])
+                    self.segments.append((np.ascontiguousarray(ints), np.ascontiguousarray(floats)))
+                    start = None
+                if i < len(self._encoded):
+                    self.segments.append(i)
+        self.formats = kernels.formats_key(self._pairs)
+        self.angle_pass = np.full(max(1, len(self.freqs)), -1, np.int64)
+        self.tables = tuple(t.table() for t in (self.bufs, self.weights, self.vecs, self.freqs, self.angles, self.kv))
+        if any(not isinstance(s, int) for s in self.segments):
+            self._compile()
+
+    def _fuse(self, ints: list[np.ndarray], floats: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Merge interleaved matmuls of one format reading the same value (q, k, v; gate, up) into
+        one instruction of up to three weights, where no instruction in between touches what the
+        later one writes or rewrites what it reads. Each output gets the same bits either way."""
+        kept_i: list[np.ndarray] = []
+        kept_f: list[np.ndarray] = []
+        for row, frow in zip(ints, floats):
+            if self._merge(row, kept_i):
+                continue
+            kept_i.append(row.copy())
+            kept_f.append(frow)
+        return kept_i, kept_f
+
+    def _merge(self, row: np.ndarray, kept: list[np.ndarray]) -> bool:
+        if row[OP] != MATMUL or row[SEL] or row[P0] != kernels.INTERLEAVED or row[OUT] == row[A]:
+            return False
+        for earlier in reversed(kept):
+            if (earlier[OP] == MATMUL and not earlier[SEL] and earlier[P0] in (kernels.INTERLEAVED, kernels.MULTI)
+                    and earlier[A] == row[A] and earlier[P1] == row[P1] and earlier[OUT3] < 0
+                    and row[OUT] not in (earlier[OUT], earlier[OUT2])):
+                slot = (W2, OUT2, V2) if earlier[W2] < 0 else (W3, OUT3, V3)
+                earlier[list(slot)] = (row[W], row[OUT], row[V])
+                if earlier[P0] == kernels.INTERLEAVED:
+                    earlier[P0] = kernels.MULTI
+                    self._pairs.add((kernels.MULTI, int(row[P1])))
+                    # the absent third weight: no row groups, so no task
+                    earlier[W3] = self.weights.add(kernels.empty_weight())
+                return True
+            reads = {earlier[A], earlier[B]} if earlier[OP] != MATMUL else {earlier[A]}
+            writes = {earlier[OUT], earlier[OUT2], earlier[OUT3]}
+            if row[OUT] in reads | writes or row[A] in writes:
+                return False
+        return False
+
+    def _compile(self) -> None:
+        # one call with no tokens compiles (or loads from Numba's cache) `_run` for this model's
+        # kernels, the signature given with the literal: a plain call would first type `_run`
+        # without it only to be told to retry with it. Later calls go straight to the entry point.
+        # `_run` is not itself parallel, so loading it from the cache does not start Numba's
+        # threading layer, which the kernels' parallel loops inside it call into (a crash, when
+        # no parallel function ran before in the process)
+        _launch_threads()
+        ints, floats = next(s for s in self.segments if not isinstance(s, int))
+        empty = np.zeros(0, np.int64)
+        args = (ints, floats, *self.tables, empty, empty, empty, np.zeros((1, 1), np.int64), empty, empty, empty,
+                self._arange, 0, 0, self.angle_pass, -1)
+        sig = (types.literal(self.formats),) + tuple(typeof(a) for a in args)
+        _run.compile(sig)
+        self._entry = _run.overloads[sig].entry_point
+        self._entry(self.formats, *args)
+
+    # -- running ------------------------------------------------------------------------------
+    def __call__(self, p: Any) -> None:
+        """Run the pass `p` (a `PassInfo`): stretches compiled, the other steps as Python."""
+        n = p.n
+        p.n_rows = n_rows = len(p.rows)
+        pages = p.pages if len(self.kv) else np.zeros(n, np.int64)
+        # the entry point does not check types: each array as compiled (int64, C-contiguous)
+        per_pass = tuple(np.ascontiguousarray(a, np.int64) for a in
+                         (p.tokens, p.positions, p.seq_index, p.tables, pages, p.slots, p.rows))
+        steps = self.plan.steps
+        for segment in self.segments:
+            if isinstance(segment, int):
+                steps[segment](p)
+                continue
+            ints, floats = segment
+            self._entry(self.formats, ints, floats, *self.tables, *per_pass, self._arange, n, n_rows,
+                        self.angle_pass, p.serial)

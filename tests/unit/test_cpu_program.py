@@ -1,0 +1,84 @@
+"""The cpu plan's compiled decode program gives every token the bits its Python steps give."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import llamay
+from llamay_backends.cpu import program as P
+from llamay_core.engine.forward import SequenceChunk
+from tests.support.family_gguf import write_family_gguf
+
+CASES = {
+    "llama-rope-freqs": ("llama", dict(rope_freqs=True), "Q4_0"),  # rope from a frequency table
+    "qwen2": ("qwen2", dict(extra_tensors={f"blk.{layer}.attn_{name}.bias": np.linspace(-1.0, 1.0, width)
+                                           for layer in range(2) for name, width in (("q", 64), ("k", 32), ("v", 32))}),
+              "Q5_0"),  # q, k and v with biases, in one fused instruction
+    "qwen3": ("qwen3", dict(head_dim=32), "Q8_0"),  # per-head q/k norms
+    "qwen3moe": ("qwen3moe", dict(head_dim=32), "Q8_0"),  # experts stay Python steps between stretches
+    "phi3": ("phi3", dict(n_rot=12, rope_freqs=True), "Q5_0"),  # column slices of fused projections
+    "granite": ("granite", {}, "Q8_0"),  # scales
+    "olmo2": ("olmo2", {}, "F16"),  # untied output, float weights on the grouped float kernel
+}
+
+
+def _pair(path, kv: str = "f32"):
+    """The same model twice: decode through the program, and through the Python steps."""
+    compiled = llamay.load(path, backend="cpu", n_ctx=256, kv_dtype=kv)
+    steps = llamay.load(path, backend="cpu", n_ctx=256, kv_dtype=kv)
+    steps.executable.program = None
+    return compiled, steps
+
+
+def _decode_alike(compiled, steps, prompt: list[int], n: int) -> None:
+    a, b = compiled.context(), steps.context()
+    la, lb = a.extend(prompt), b.extend(prompt)
+    np.testing.assert_array_equal(la, lb)
+    for _ in range(n):
+        token = int(np.argmax(la))
+        la, lb = a.extend([token]), b.extend([token])
+        np.testing.assert_array_equal(la, lb)
+
+
+def _instructions(model) -> np.ndarray:
+    return np.concatenate([s[0] for s in model.executable.program.segments if not isinstance(s, int)])
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_decode_through_the_program_has_the_steps_bits(tmp_path, case):
+    arch, kw, weight_type = CASES[case]
+    path = write_family_gguf(tmp_path / "m.gguf", arch, weight_type=weight_type, **kw)
+    compiled, steps = _pair(path)
+    ints = _instructions(compiled)
+    if case in ("llama-rope-freqs", "qwen2"):  # q, k, v and gate, up fused: two per layer
+        assert ((ints[:, P.OP] == P.MATMUL) & (ints[:, P.W2] >= 0)).sum() == 2 * 2
+    _decode_alike(compiled, steps, [5, 9, 200, 17, 33], 6)
+
+
+def test_f16_pages_keep_kv_steps_in_python_and_the_same_bits(tmp_path):
+    path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0")
+    compiled, steps = _pair(path, kv="f16")
+    kinds = set(_instructions(compiled)[:, P.OP].tolist())
+    assert P.ATTENTION not in kinds and P.KV_WRITE not in kinds and P.MATMUL in kinds
+    _decode_alike(compiled, steps, [5, 9, 200], 4)
+
+
+def test_a_batch_of_sequences_gets_the_same_bits_both_ways(tmp_path):
+    """Three sequences of seven rows (draft verification): 21 rows, past the serial row kernels."""
+    path = write_family_gguf(tmp_path / "m.gguf", "qwen3", weight_type="Q4_0", head_dim=32)
+    results = []
+    for model in _pair(path):
+        contexts = [model.context() for _ in range(3)]
+        for i, ctx in enumerate(contexts):
+            ctx.extend([3 + i, 40, 41 + i])
+        chunks = [SequenceChunk(ctx.seq, [7 * i + j for j in range(7)],
+                                all_logits=True) for i, ctx in enumerate(contexts)]
+        results.append(model.forward.run_many(chunks))
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_default_model_decodes_the_same_both_ways(smollm_path):
+    compiled, steps = _pair(smollm_path)
+    _decode_alike(compiled, steps, compiled.tokenize("The capital of France is"), 5)
+

@@ -103,7 +103,10 @@ def _f64_2d(table, k):
 @njit(cache=True)
 def _run(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index, tables,
          pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial):
-    """Run instructions `ints`/`floats` for a pass of `n_tok` tokens, `n_rows` of them selected."""
+    """Run instructions `ints`/`floats` for a pass of `n_tok` tokens, `n_rows` of them selected.
+
+    Compiled per model's matmul kernels (`formats`), so it holds only the loop and the matmuls:
+    every other op is `_step`, compiled once for all models."""
     literally(formats)
     for i in range(ints.shape[0]):
         op = ints[i, OP]
@@ -121,123 +124,141 @@ def _run(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, tokens, 
             else:
                 kernels.decode_matmul(formats, ints[i, P0], ints[i, P1], _u8_2d(weights, ints[i, W]), x, out,
                                       ints[i, P2], ints[i, P3], ints[i, P4], ints[i, P5])
-            for o, v in ((OUT, V), (OUT2, V2), (OUT3, V3)):
-                if ints[i, v] >= 0:
-                    y = _f32_2d(bufs, ints[i, o])[:n]
-                    if few:
-                        ops._add_bias_rows(y, _f32_1d(vecs, ints[i, v]), 0, n)
-                    else:
-                        ops._add_bias_par(y, _f32_1d(vecs, ints[i, v]))
-        elif op == RMS_NORM:
-            x = _f32_2d(bufs, ints[i, A])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            has_w = ints[i, P0] != 0
-            if few:
-                ops._rms_norm_rows(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out, 0, n)
-            else:
-                ops._rms_norm_par(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out)
-        elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
-            a = _f32_2d(bufs, ints[i, A])[:n]
-            b = _f32_2d(bufs, ints[i, B])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            if op == ADD:
-                if few:
-                    ops._add_rows(a, b, out, 0, n)
-                else:
-                    ops._add_par(a, b, out)
-            elif op == MUL:
-                if few:
-                    ops._mul_rows(a, b, out, 0, n)
-                else:
-                    ops._mul_par(a, b, out)
-            elif op == SILU_MUL:
-                if few:
-                    ops._silu_mul_rows(a, b, out, 0, n)
-                else:
-                    ops._silu_mul_par(a, b, out)
-            else:
-                if few:
-                    ops._gelu_mul_rows(a, b, out, 0, n)
-                else:
-                    ops._gelu_mul_par(a, b, out)
-        elif op == ROPE:
-            slot = ints[i, P0]
-            cos = _f64_2d(angles, 2 * slot)[:n_tok]
-            sin = _f64_2d(angles, 2 * slot + 1)[:n_tok]
-            if angle_pass[slot] != serial:  # once per pass for every rope with these frequencies
-                if n_tok <= SERIAL_ROWS:
-                    ops._rope_angle_rows(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin, 0, n_tok)
-                else:
-                    ops._rope_angle_par(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin)
-                angle_pass[slot] = serial
-            x = _f32_2d(bufs, ints[i, A])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            n_heads, head_dim, n_rot, neox = ints[i, P1], ints[i, P2], ints[i, P3], ints[i, P4] != 0
-            if few:
-                ops._rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, n)
-            else:
-                ops._rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
-            mscale = np.float32(floats[i, 0])
-            if mscale != np.float32(1.0):
-                for t in range(n):
-                    for h in range(n_heads):
-                        for j in range(n_rot):
-                            out[t, h * head_dim + j] = out[t, h * head_dim + j] * mscale
-        elif op == KV_WRITE:
-            k = _f32_2d(bufs, ints[i, A])[:n]
-            v = _f32_2d(bufs, ints[i, B])[:n]
-            if few:
-                ops._kv_write_rows(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), 0, n)
-            else:
-                ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
-        elif op == ATTENTION:
-            q = _f32_2d(bufs, ints[i, A])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            if ints[i, P7] != 0:
-                ops._attention_vec(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
-                                   ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
-                                   arange[:n], out)
-            else:
-                ops._attention_scalar(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
-                                      ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
-                                      out)
-        elif op == EMBED:
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            kernels.dequantize_rows(ints[i, P0], _u8_2d(weights, ints[i, W]), tokens, out)
-            factor = np.float32(floats[i, 0])
-            if factor != np.float32(1.0):
-                if few:
-                    ops._scale_rows(out, factor, out, 0, n)
-                else:
-                    ops._scale_par(out, factor, out)
-        elif op == SCALE:
-            x = _f32_2d(bufs, ints[i, A])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            factor = np.float32(floats[i, 0])
-            if few:
-                ops._scale_rows(x, factor, out, 0, n)
-            else:
-                ops._scale_par(x, factor, out)
-        elif op == SOFTCAP:
-            x = _f32_2d(bufs, ints[i, A])[:n]
-            out = _f32_2d(bufs, ints[i, OUT])[:n]
-            if few:
-                ops._softcap_rows(x, floats[i, 0], out, 0, n)
-            else:
-                ops._softcap_par(x, floats[i, 0], out)
-        elif op == SELECT:
-            x = _f32_2d(bufs, ints[i, A])
-            out = _f32_2d(bufs, ints[i, OUT])
-            for j in range(n_rows):
-                out[j, :] = x[rows[j], :]
-        elif op == COLUMNS:
-            x = _f32_2d(bufs, ints[i, A])
-            out = _f32_2d(bufs, ints[i, OUT])
-            start, width = ints[i, P0], ints[i, P1]
-            for t in range(n):
-                out[t, :] = x[t, start:start + width]
+            _biases(ints, i, n, few, bufs, vecs)
         else:
-            raise ValueError("unknown instruction")
+            _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index,
+                  tables, pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial)
+
+
+@njit(cache=True)
+def _biases(ints, i, n, few, bufs, vecs):
+    """Each output's bias, where the matmul instruction i names one."""
+    for k in range(3):
+        o, v = (OUT, V) if k == 0 else (OUT2, V2) if k == 1 else (OUT3, V3)
+        if ints[i, v] >= 0:
+            y = _f32_2d(bufs, ints[i, o])[:n]
+            if few:
+                ops._add_bias_rows(y, _f32_1d(vecs, ints[i, v]), 0, n)
+            else:
+                ops._add_bias_par(y, _f32_1d(vecs, ints[i, v]))
+
+
+@njit(cache=True)
+def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index, tables,
+          pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial):
+    """Instruction i, any op but a matmul, on n rows."""
+    if op == RMS_NORM:
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        has_w = ints[i, P0] != 0
+        if few:
+            ops._rms_norm_rows(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out, 0, n)
+        else:
+            ops._rms_norm_par(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out)
+    elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
+        a = _f32_2d(bufs, ints[i, A])[:n]
+        b = _f32_2d(bufs, ints[i, B])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        if op == ADD:
+            if few:
+                ops._add_rows(a, b, out, 0, n)
+            else:
+                ops._add_par(a, b, out)
+        elif op == MUL:
+            if few:
+                ops._mul_rows(a, b, out, 0, n)
+            else:
+                ops._mul_par(a, b, out)
+        elif op == SILU_MUL:
+            if few:
+                ops._silu_mul_rows(a, b, out, 0, n)
+            else:
+                ops._silu_mul_par(a, b, out)
+        else:
+            if few:
+                ops._gelu_mul_rows(a, b, out, 0, n)
+            else:
+                ops._gelu_mul_par(a, b, out)
+    elif op == ROPE:
+        slot = ints[i, P0]
+        cos = _f64_2d(angles, 2 * slot)[:n_tok]
+        sin = _f64_2d(angles, 2 * slot + 1)[:n_tok]
+        if angle_pass[slot] != serial:  # once per pass for every rope with these frequencies
+            if n_tok <= SERIAL_ROWS:
+                ops._rope_angle_rows(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin, 0, n_tok)
+            else:
+                ops._rope_angle_par(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin)
+            angle_pass[slot] = serial
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        n_heads, head_dim, n_rot, neox = ints[i, P1], ints[i, P2], ints[i, P3], ints[i, P4] != 0
+        if few:
+            ops._rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, n)
+        else:
+            ops._rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
+        mscale = np.float32(floats[i, 0])
+        if mscale != np.float32(1.0):
+            for t in range(n):
+                for h in range(n_heads):
+                    for j in range(n_rot):
+                        out[t, h * head_dim + j] = out[t, h * head_dim + j] * mscale
+    elif op == KV_WRITE:
+        k = _f32_2d(bufs, ints[i, A])[:n]
+        v = _f32_2d(bufs, ints[i, B])[:n]
+        if few:
+            ops._kv_write_rows(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), 0, n)
+        else:
+            ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
+    elif op == ATTENTION:
+        q = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        if ints[i, P7] != 0:
+            ops._attention_vec(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
+                               ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
+                               arange[:n], out)
+        else:
+            ops._attention_scalar(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
+                                  ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
+                                  out)
+    elif op == EMBED:
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        kernels.dequantize_rows(ints[i, P0], _u8_2d(weights, ints[i, W]), tokens, out)
+        factor = np.float32(floats[i, 0])
+        if factor != np.float32(1.0):
+            if few:
+                ops._scale_rows(out, factor, out, 0, n)
+            else:
+                ops._scale_par(out, factor, out)
+    elif op == SCALE:
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        factor = np.float32(floats[i, 0])
+        if few:
+            ops._scale_rows(x, factor, out, 0, n)
+        else:
+            ops._scale_par(x, factor, out)
+    elif op == SOFTCAP:
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        if few:
+            ops._softcap_rows(x, floats[i, 0], out, 0, n)
+        else:
+            ops._softcap_par(x, floats[i, 0], out)
+    elif op == SELECT:
+        x = _f32_2d(bufs, ints[i, A])
+        out = _f32_2d(bufs, ints[i, OUT])
+        for j in range(n_rows):
+            for c in range(x.shape[1]):
+                out[j, c] = x[rows[j], c]
+    elif op == COLUMNS:
+        x = _f32_2d(bufs, ints[i, A])
+        out = _f32_2d(bufs, ints[i, OUT])
+        start, width = ints[i, P0], ints[i, P1]
+        for t in range(n):
+            for c in range(width):  # loops: slice assignment costs seconds of compile for its shape errors
+                out[t, c] = x[t, start + c]
+    else:
+        raise ValueError("unknown instruction")
 
 
 class Program:

@@ -24,7 +24,18 @@ from numba.np.ufunc.parallel import _launch_threads
 
 from llamay_core.graph import ops as G
 
-# instruction columns: integers
+# An instruction is a row of integers (columns below) and a row of N_FLOATS floats. OP is the
+# opcode; SEL 1 when the op runs on the selected logit rows; A, B the buffers it reads, OUT the one
+# it writes (ids in `Program.bufs`); W a weight, V a vector (norm weight, bias); P0..P7 and the
+# floats per op:
+#   MATMUL     P0 kind, P1 format, P2..P5 the interleaved tile's offsets (`kernels.DecodeCall`);
+#              W2/OUT2/V2 and W3/OUT3/V3: the second and third weight of a MULTI (`_fuse`)
+#   RMS_NORM   P0 has a weight, P1 group; floats eps, weight offset
+#   ROPE       P0 angle slot, P1 heads, P2 head dim, P3 rotated dims, P4 neox; floats mscale, freq scale
+#   KV_WRITE   A k, B v, P0 and P1 the layer's K and V pages (ids in `Program.kv`)
+#   ATTENTION  P0, P1 pages, P2 heads, P3 KV heads, P4 key dim, P5 value dim, P6 window, P7 vector
+#              kernel; floats scale, softcap
+#   EMBED      P0 format; float scale. SCALE, SOFTCAP: float factor, cap. COLUMNS: P0 start, P1 width
 OP, SEL, A, B, OUT, W, V, P0, P1, P2, P3, P4, P5, P6, P7, W2, OUT2, V2, W3, OUT3, V3 = range(21)
 N_INTS, N_FLOATS = 21, 2
 # opcodes

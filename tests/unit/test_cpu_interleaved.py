@@ -135,8 +135,8 @@ else:
         check(name, 8 * groups, blocks, tokens, seed, kernel=interleaved)
 
 
-@pytest.mark.parametrize("name", FORMATS)
 @pytest.mark.parametrize("n_weights", [2, 3])
+@pytest.mark.parametrize("name", FORMATS)
 def test_weights_sharing_their_rows_in_one_loop_get_the_bits_of_separate_calls(name, n_weights):
     """`interleaved_multi` (q, k, v in one parallel loop) against each weight's own call."""
     rng = np.random.default_rng(11)

@@ -5,7 +5,8 @@ uses the first T rows. Matmuls over a sequence's rows take the decode kernel whe
 contributes few rows (decode, draft verification: the grouped kernel, int8 activations by default
 or exact float ones) and tiles + BLAS otherwise, shared out over the plan's threads: the
 choice depends only on the sequence's own rows, so the tokens a request gets never depend on
-which other requests share the pass.
+which other requests share the pass. A pass whose sequences all have few rows runs as compiled
+stretches of these same steps (`program.py`), with the same bits.
 """
 from __future__ import annotations
 

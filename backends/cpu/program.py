@@ -281,8 +281,7 @@ class Program:
         self._ints: list[np.ndarray] = []
         self._floats: list[np.ndarray] = []
         self._encoded: list[bool] = []
-        self._calls: list[Any] = []  # the DecodeCalls of the encoded matmuls, by instruction
-        self._pairs: set[tuple[int, int]] = set()  # their (kind, format) pairs, for `_run`'s dispatch
+        self._pairs: set[tuple[int, int]] = set()  # the matmuls' (kind, format) pairs, for `_run`'s dispatch
         self.bufs = ArrayTable(np.float32, 2)  # the plan's activation buffers
         self.weights = ArrayTable(np.uint8, 2)
         self.vecs = ArrayTable(np.float32, 1)  # norm weights, biases
@@ -326,7 +325,6 @@ class Program:
             call = plan.decode_calls.get(node.out)
             if call is None:
                 return False
-            self._calls.append(call)
             self._pairs.add((call.kind, call.code))
             ints[[OP, A, OUT, W, P0, P1, P2, P3, P4, P5]] = (MATMUL, self._buf(node.x), self._buf(node.out),
                                                              self.weights.add(call.weight), call.kind,

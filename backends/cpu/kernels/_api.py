@@ -25,7 +25,7 @@ from ._grouped import GROUP_MAX, grouped_q8_rows, grouped_rows, has_grouped, has
 from ._interleaved import dequantize_tile as dequantize_interleaved_tile
 from ._interleaved import interleaved_kernel
 from .interleaved import ROWS
-from ._q8 import qdot_rows, quantize_q8
+from ._q8 import qdot_rows, quantize_q8, quantize_rows
 from ._rows import XA_ROWS, XD, deq_row, dot_rows, x_sums
 from ._simd import HAS_AVX2, HAS_VNNI
 
@@ -306,12 +306,7 @@ def _grouped_bf16(w, X, OUT, group_max):
 @njit(parallel=True, cache=True)
 def _grouped_q8_tasks(code, w, X, OUT, group_max):
     literally(code)
-    T, cols = X.shape
-    XQ = np.empty((T, cols), np.int8)
-    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-    # serial, as in `matmul_q8`: a second parallel region would cost a barrier for microseconds
-    for t in range(T):
-        quantize_q8(X[t], XQ[t], XA[t])
+    XQ, XA = quantize_rows(X)
     rows = w.shape[0]
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
@@ -452,12 +447,7 @@ def matmul_q8(code, w, X, OUT):
     rows = w.shape[0]
     if OUT.shape[0] != T or OUT.shape[1] != rows:
         raise ValueError("OUT must be float32[T, rows]")
-    XQ = np.empty((T, cols), np.int8)
-    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-    # serial: decode passes a few rows, and a second parallel region per matmul would cost a
-    # second barrier (~20-40 us idle, a scheduler slice on a busy machine) for microseconds of work
-    for t in range(T):
-        quantize_q8(X[t], XQ[t], XA[t])
+    XQ, XA = quantize_rows(X)
     for c in prange((rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK):
         r0 = c * ROWS_PER_TASK
         r1 = min(rows, r0 + ROWS_PER_TASK)

@@ -24,8 +24,8 @@ from numba.core import types
 from numba.extending import intrinsic, models, register_model
 
 from . import formats as F
-from ._q8 import quantize_q8
-from ._rows import XA_ROWS, XC16, XC32, XD, deq_row
+from ._q8 import quantize_rows
+from ._rows import XC16, XC32, XD, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array,
                     _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
                     vz8)
@@ -559,35 +559,15 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
 
 
 @njit(parallel=True, cache=True)
-def _tasks(code, wp, X, OUT, tile, q, m, hb):
+def _tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    # OUT_k = X @ W_k.T for up to three weights of one format that read the same X (q, k and v;
+    # gate and up) in one parallel loop over all their row groups (a decode layer of smollm2:135m:
+    # 17.5 -> 9.5 us for q, k and v against a loop each); one weight is the call with two empty
+    # ones (shape (0, _): no task). A token's rows get the same bits in any of these calls.
+    # Tasks go chunk-major: a thread's run of tasks shares its chunk's tokens.
     literally(code)
-    T, cols = X.shape
-    XQ = np.empty((T, cols), np.int8)
-    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-    for t in range(T):  # serial: a second parallel region costs a barrier for microseconds of work
-        quantize_q8(X[t], XQ[t], XA[t])
-    groups = wp.shape[0]
-    n_tasks = (groups + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    n_chunks = (T + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK
-    for c in prange(n_chunks * n_tasks):  # chunk-major: a thread's run of tasks shares its tokens
-        t0 = c // n_tasks * TOKENS_PER_CHUNK
-        g0 = c % n_tasks * GROUPS_PER_TASK
-        interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, min(groups, g0 + GROUPS_PER_TASK), t0,
-                            min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
-
-
-@njit(parallel=True, cache=True)
-def _tasks_multi(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    # `_tasks` for up to three weights of one format that read the same X (q, k and v; gate and
-    # up): one parallel loop over all their row groups instead of one loop each (a decode layer
-    # of smollm2:135m: 17.5 -> 9.5 us for q, k and v). Each token's rows get the bits `_tasks`
-    # gives them. A weight with no row groups (shape (0, _)) takes no task.
-    literally(code)
-    T, cols = X.shape
-    XQ = np.empty((T, cols), np.int8)
-    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
-    for t in range(T):
-        quantize_q8(X[t], XQ[t], XA[t])
+    T = X.shape[0]
+    XQ, XA = quantize_rows(X)
     n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
     n1 = (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
     n2 = (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
@@ -609,37 +589,44 @@ def _tasks_multi(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
 # one entry per format, so each compiles (and caches) on its first use only
 @njit(cache=True)
 def _q4_0(wp, X, OUT, tile, q, m, hb):
-    _tasks(2, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(2, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_1(wp, X, OUT, tile, q, m, hb):
-    _tasks(3, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(3, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_0(wp, X, OUT, tile, q, m, hb):
-    _tasks(6, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(6, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_1(wp, X, OUT, tile, q, m, hb):
-    _tasks(7, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(7, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q8_0(wp, X, OUT, tile, q, m, hb):
-    _tasks(8, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(8, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_k(wp, X, OUT, tile, q, m, hb):
-    _tasks(12, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(12, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q6_k(wp, X, OUT, tile, q, m, hb):
-    _tasks(14, wp, X, OUT, tile, q, m, hb)
+    none = np.empty((0, 1), np.uint8)
+    _tasks(14, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 _ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q6_K: _q6_k}
@@ -647,37 +634,37 @@ _ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q
 
 @njit(cache=True)
 def _q4_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(2, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(2, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(3, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(3, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(6, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(6, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(7, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(7, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q8_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(8, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(8, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q6_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks_multi(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+    _tasks(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 _ENTRY_MULTI = {F.Q4_0: _q4_0_multi, F.Q4_1: _q4_1_multi, F.Q5_0: _q5_0_multi, F.Q5_1: _q5_1_multi,

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from . import formats as F
-from ._rows import XC16, XC32, XD, _i8, _k3_scale, _k4_scale_min
+from ._rows import XA_ROWS, XC16, XC32, XD, _i8, _k3_scale, _k4_scale_min
 from ._simd import (
     PREFETCH_BYTES,
     b_bitsel,
@@ -64,6 +64,19 @@ def quantize_q8(x, xq, xa):
     xc32 = xa[XC32]
     for b in range(x.shape[0] // 32):
         q8_block(x, b, xq, xd, xc16, xc32)
+
+
+@njit(fastmath=False, cache=True, nogil=True)
+def quantize_rows(X):
+    """(XQ int8[T, cols], XA float32[T, XA_ROWS, cols / 16]): each row of X through `quantize_q8`,
+    serially: the kernels' parallel loops follow, and a parallel region here would cost them a
+    second barrier (~20-40 us idle on a busy machine) for microseconds of work."""
+    T, cols = X.shape
+    XQ = np.empty((T, cols), np.int8)
+    XA = np.empty((T, XA_ROWS, cols // 16), np.float32)
+    for t in range(T):
+        quantize_q8(X[t], XQ[t], XA[t])
+    return XQ, XA
 
 
 @_jit

@@ -26,7 +26,6 @@ from numba.extending import overload
 
 from . import _api
 from . import _interleaved
-from . import formats as F
 from ._grouped import GROUP_MAX, has_grouped, has_grouped_q8
 from .interleaved import LAYOUTS, ROWS, tile_bytes
 

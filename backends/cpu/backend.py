@@ -36,6 +36,9 @@ class CpuWeight:
         else:
             self.vector = None
             self.rows = np.ascontiguousarray(t.raw_rows())
+            # read-only like the file's own pages, repacked or not: every kernel then compiles for
+            # one array type, whether a Python step or a compiled program (`program.py`) calls it
+            self.rows.flags.writeable = False
         self._interleaved: np.ndarray | None = None
 
     def interleaved(self) -> np.ndarray | None:
@@ -47,6 +50,7 @@ class CpuWeight:
             cols = kernels.row_elems(self.code, self.rows.shape[1])
             if kernels.can_interleave(self.code, self.rows.shape[0], cols):
                 self._interleaved = kernels.interleave(self.code, self.rows)
+                self._interleaved.flags.writeable = False
         return self._interleaved
 
 

@@ -98,7 +98,7 @@ def _f32_3d(table, k):
 
 @njit(inline="always")
 def _u8_2d(table, k):
-    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2]), np.uint8)
+    return kernels.read_only(carray(_address(table[k, 0]), (table[k, 1], table[k, 2]), np.uint8))
 
 
 @njit(inline="always")

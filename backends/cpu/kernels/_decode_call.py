@@ -101,8 +101,11 @@ def interleaved_multi(calls: list[DecodeCall], X: np.ndarray, outs: list[np.ndar
 
 
 def empty_weight() -> np.ndarray:
-    """A weight with no row groups: the absent third of a MULTI call, which it gives no task."""
-    return np.zeros((0, 1), np.uint8)
+    """A weight with no row groups: the absent third of a MULTI call, which it gives no task
+    (read-only, as the plan's weights: one build of the kernel serves both)."""
+    none = np.zeros((0, 1), np.uint8)
+    none.flags.writeable = False
+    return none
 
 
 def formats_key(pairs: set[tuple[int, int]]) -> str:

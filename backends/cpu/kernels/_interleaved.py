@@ -21,6 +21,7 @@ import numpy as np
 from llvmlite import ir
 from numba import literally, njit, prange
 from numba.core import types
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, models, register_model
 
 from . import formats as F
@@ -586,46 +587,56 @@ def _tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
                             min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
 
 
+@intrinsic
+def read_only(typingctx, array):
+    """The same array typed read-only, as the plan's weights are (`CpuWeight`): a kernel reached
+    with it is the build Python callers compiled, not a second one for writable arrays."""
+    def codegen(context, builder, sig, args):
+        # a new reference to the same memory: the caller releases its argument and the result
+        return impl_ret_borrowed(context, builder, sig.return_type, args[0])
+    return types.Array(array.dtype, array.ndim, array.layout, readonly=True)(array), codegen
+
+
 # one entry per format, so each compiles (and caches) on its first use only
 @njit(cache=True)
 def _q4_0(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(2, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_1(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(3, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_0(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(6, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q5_1(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(7, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q8_0(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(8, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q4_k(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(12, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 @njit(cache=True)
 def _q6_k(wp, X, OUT, tile, q, m, hb):
-    none = np.empty((0, 1), np.uint8)
+    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
     _tasks(14, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
 
 

@@ -14,12 +14,13 @@ CASES = {
     "qwen2": ("qwen2", dict(extra_tensors={f"blk.{layer}.attn_{name}.bias": np.linspace(-1.0, 1.0, width)
                                            for layer in range(2) for name, width in (("q", 64), ("k", 32), ("v", 32))}),
               "Q5_0"),  # q, k and v with biases, in one fused instruction
-    "qwen3": ("qwen3", dict(head_dim=32), "Q8_0"),  # per-head q/k norms
+    "qwen3": ("qwen3", dict(head_dim=32), "Q8_0"),  # per-head q/k norms (the batch test's family too)
     "qwen3moe": ("qwen3moe", dict(head_dim=32), "Q8_0"),  # experts stay Python steps between stretches
     "phi3": ("phi3", dict(n_rot=12, rope_freqs=True), "Q5_0"),  # column slices of fused projections
     "granite": ("granite", {}, "Q8_0"),  # scales
     "olmo2": ("olmo2", {}, "F16"),  # untied output, float weights on the grouped float kernel
 }
+SLOW = {"qwen3", "granite"}  # each model's kernels cost CI seconds to compile; these add least
 
 
 def _pair(path, kv: str = "f32"):
@@ -44,7 +45,7 @@ def _instructions(model) -> np.ndarray:
     return np.concatenate([s[0] for s in model.executable.program.segments if not isinstance(s, int)])
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c in SLOW else c for c in sorted(CASES)])
 def test_decode_through_the_program_has_the_steps_bits(tmp_path, case):
     arch, kw, weight_type = CASES[case]
     path = write_family_gguf(tmp_path / "m.gguf", arch, weight_type=weight_type, **kw)

@@ -115,3 +115,43 @@ def test_a_row_gets_the_same_bits_whatever_segment_it_comes_in(cap, window, bloc
         for a, b in zip(cuts, cuts[1:]):
             module.segment_attention(q, positions, tables[0], ks, vs, *args, a, b, parts)
         assert np.array_equal(parts.view(np.uint32), whole.view(np.uint32)), cuts
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads,dim,cap,window", [(9, 3, 64, 0.0, 0), (4, 1, 256, 50.0, 0),
+                                                               (6, 2, 64, 0.0, 300), (2, 2, 128, 0.0, 0)])
+def test_decode_rows_over_many_pieces_match_reference_and_keep_their_bits_alone(n_heads, n_kv_heads, dim, cap, window):
+    # decode rows of three sequences at 1, 129 (a second piece of keys by one key) and ~700
+    # positions: each row's keys are cut in pieces at multiples of ops.KEYS_PER_TASK and merged;
+    # a row's bits must not depend on the other rows of the pass (batched decode, speculation)
+    rng = np.random.default_rng(n_heads * 10 + dim)
+    q, positions, seq_index, tables, ks, vs, kv = _case(rng, [1, ops.KEYS_PER_TASK + 1, 700], [0, 123, 690],
+                                                        n_heads, n_kv_heads, dim)
+    scale = dim ** -0.5
+    together = np.full((len(q), n_heads * dim), np.nan, np.float32)
+    ops._attention_vec(q, positions, seq_index, tables, ks, vs, n_heads, n_kv_heads, dim, dim, scale, cap, window,
+                       np.arange(len(q), dtype=np.int64), together)
+    for s, (k, v) in enumerate(kv):
+        rows = seq_index == s
+        want = attention_one_sequence(q[rows], positions[rows], k, v, n_heads, n_kv_heads, dim, dim, scale, cap,
+                                      window)
+        np.testing.assert_allclose(together[rows], want, rtol=0, atol=2e-5)
+    for r in (0, 3, len(q) - 1):
+        alone = np.full_like(together, np.nan)
+        ops._attention_vec(q, positions, seq_index, tables, ks, vs, n_heads, n_kv_heads, dim, dim, scale, cap,
+                           window, np.array([r], np.int64), alone)
+        assert np.array_equal(alone[r].view(np.uint32), together[r].view(np.uint32)), r
+        assert np.isnan(alone[np.arange(len(q)) != r]).all()  # nothing but its own row written
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads,dim,window", [(9, 3, 64, 0), (4, 1, 256, 100)])
+def test_decode_rows_read_f16_pages_in_place_as_their_f32_values(n_heads, n_kv_heads, dim, window):
+    # f16 KV pages viewed as bytes: the same attention as f32 pages holding the same values
+    rng = np.random.default_rng(dim + window)
+    q, positions, seq_index, tables, ks, vs, _ = _case(rng, [300, 45], [290, 40], n_heads, n_kv_heads, dim)
+    ks16, vs16 = ks.astype(np.float16), vs.astype(np.float16)
+    args = (n_heads, n_kv_heads, dim, dim, dim ** -0.5, 0.0, window, np.arange(len(q), dtype=np.int64))
+    want = np.full((len(q), n_heads * dim), np.nan, np.float32)
+    ops._attention_vec(q, positions, seq_index, tables, ks16.astype(np.float32), vs16.astype(np.float32), *args, want)
+    got = np.full_like(want, np.nan)
+    ops._attention_vec(q, positions, seq_index, tables, ks16.view(np.uint8), vs16.view(np.uint8), *args, got)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)

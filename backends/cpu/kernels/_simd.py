@@ -440,6 +440,19 @@ def vld_f16(typingctx, w, off):
 
 
 @intrinsic
+def vfma_vh(typingctx, acc, v, w, off):
+    """acc + v * (16 halfs at bytes w[off:off+32]), as `vfma_vx` on float16 values."""
+    if acc != f32x16 or v != f32x16 or not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        h = _h2f(builder, builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vh), align=1))
+        return builder.fadd(args[0], builder.fmul(args[1], h, flags=_FAST), flags=_FAST)
+
+    return f32x16(acc, v, w, off), codegen
+
+
+@intrinsic
 def vld_bf16(typingctx, w, off):
     """16 bfloat16 at bytes w[off:off+32] as f32x16 (shift into the high half of each lane)."""
     if not _is_u8_array(w):

@@ -351,9 +351,9 @@ def attention_f32(q, positions, seq_index, page_tables, k_store, v_store, n_head
     """Causal GQA attention over paged f32 K/V: out[t, head] for every token and head.
 
     segments: (a, b) row ranges, each of one sequence's consecutive rows (prefill), computed as
-    GEMMs over that sequence's K/V (`segment_attention`, tasks on `pool`); every other row gets
-    one task per head. A row's result depends only on which of these it is, never on other
-    sequences in the pass or on where its segment starts."""
+    GEMMs over that sequence's K/V (`segment_attention`, tasks on `pool`); every other row's keys
+    go in pieces, a task each (`_attention_vec`). A row's result depends only on which of these it
+    is, never on other sequences in the pass or on where its segment starts."""
     if key_dim % 32 != 0 or value_dim % 64 != 0:
         _attention_scalar(q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads,
                           key_dim, value_dim, scale, cap, window, out)

@@ -27,6 +27,7 @@ from numba.extending import overload
 from . import _api
 from . import _interleaved
 from ._grouped import GROUP_MAX, has_grouped, has_grouped_q8
+from ._interleaved import empty_weight, read_only
 from .interleaved import LAYOUTS, ROWS, tile_bytes
 
 INTERLEAVED, GROUPED_Q8, GROUPED, FUSED, MULTI = 0, 1, 2, 3, 4
@@ -55,7 +56,7 @@ class DecodeCall:
             raise ValueError(f"expected X float32[T, {self.cols}] and OUT float32[T, {self.rows}]")
         w = self.weight
         if self.kind == INTERLEAVED:
-            _interleaved._ENTRY[self.code](w, X, OUT, self.tile, self.q, self.m, self.hb)
+            _interleaved.run_interleaved(self.code, w, X, OUT, self.tile, self.q, self.m, self.hb)
         elif self.kind == GROUPED_Q8:
             _api._GROUPED_Q8[self.code](w, X, OUT, GROUP_MAX)
         elif self.kind == GROUPED:
@@ -97,15 +98,7 @@ def interleaved_multi(calls: list[DecodeCall], X: np.ndarray, outs: list[np.ndar
             raise ValueError(f"expected X float32[T, {call.cols}] and out float32[T, {call.rows}]")
     weights = [c.weight for c in calls] + [empty_weight()] * (3 - len(calls))
     outs = list(outs) + [outs[0]] * (3 - len(calls))  # never written: no row groups
-    _interleaved._ENTRY_MULTI[first.code](*weights, X, *outs, first.tile, first.q, first.m, first.hb)
-
-
-def empty_weight() -> np.ndarray:
-    """A weight with no row groups: the absent third of a MULTI call, which it gives no task
-    (read-only, as the plan's weights: one build of the kernel serves both)."""
-    none = np.zeros((0, 1), np.uint8)
-    none.flags.writeable = False
-    return none
+    _interleaved._ENTRY[first.code](*weights, X, *outs, first.tile, first.q, first.m, first.hb)
 
 
 def formats_key(pairs: set[tuple[int, int]]) -> str:
@@ -128,12 +121,13 @@ def _decode_matmul(formats, kind, code, w, X, OUT, tile, q, m, hb):
     if not isinstance(formats, types.StringLiteral):
         return None
     pairs = [pair for pair in _pairs(formats) if pair[0] != MULTI]
-    names: dict[str, object] = {"GROUP_MAX": GROUP_MAX, "fused": _api.matmul_fused}
+    names: dict[str, object] = {"GROUP_MAX": GROUP_MAX, "fused": _api.matmul_fused, "np": np, "read_only": read_only}
     lines = ["def impl(formats, kind, code, w, X, OUT, tile, q, m, hb):"]
     for kind_, code_ in pairs:
-        if kind_ == INTERLEAVED:
+        if kind_ == INTERLEAVED:  # the format's entry with two empty weights (`run_interleaved`)
             names[f"k{kind_}_{code_}"] = _interleaved._ENTRY[code_]
-            call = f"k{kind_}_{code_}(w, X, OUT, tile, q, m, hb)"
+            call = (f"none = read_only(np.empty((0, 1), np.uint8))\n"
+                    f"        k{kind_}_{code_}(w, none, none, X, OUT, OUT, OUT, tile, q, m, hb)")
         elif kind_ in (GROUPED_Q8, GROUPED):
             names[f"k{kind_}_{code_}"] = (_api._GROUPED_Q8 if kind_ == GROUPED_Q8 else _api._GROUPED)[code_]
             call = f"k{kind_}_{code_}(w, X, OUT, GROUP_MAX)"
@@ -157,7 +151,7 @@ def _decode_matmul_multi(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, h
     lines = ["def impl(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):"]
     for kind_, code_ in _pairs(formats):
         if kind_ == MULTI:
-            names[f"k{code_}"] = _interleaved._ENTRY_MULTI[code_]
+            names[f"k{code_}"] = _interleaved._ENTRY[code_]
             lines += [f"    if code == {code_}:", f"        k{code_}(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)",
                       "        return"]
     lines.append("    raise ValueError('decode_matmul_multi: a format the program was not built for')")

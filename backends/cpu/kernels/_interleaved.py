@@ -597,89 +597,61 @@ def read_only(typingctx, array):
     return types.Array(array.dtype, array.ndim, array.layout, readonly=True)(array), codegen
 
 
-# one entry per format, so each compiles (and caches) on its first use only
+def empty_weight() -> np.ndarray:
+    """A weight with no row groups: an absent second or third weight of an entry, which it gives
+    no task (read-only, as the plan's weights: one build of the kernel serves both)."""
+    none = np.zeros((0, 1), np.uint8)
+    none.flags.writeable = False
+    return none
+
+
+_NO_WEIGHT = empty_weight()
+
+
+# One entry per format, so each compiles (and caches) on its first use only: one to three
+# weights reading the same X (one weight is the call with two `empty_weight`s).
 @njit(cache=True)
-def _q4_0(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(2, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q4_1(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(3, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q5_0(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(6, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q5_1(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(7, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
+def _q4_0(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(2, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
-def _q8_0(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(8, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
+def _q4_1(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(3, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
-def _q4_k(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(12, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
+def _q5_0(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(6, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(cache=True)
-def _q6_k(wp, X, OUT, tile, q, m, hb):
-    none = read_only(np.empty((0, 1), np.uint8))  # no row groups: no task
-    _tasks(14, wp, none, none, X, OUT, OUT, OUT, tile, q, m, hb)
+def _q5_1(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(7, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q8_0(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(8, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q4_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
+def _q6_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
 _ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q6_K: _q6_k}
 
 
-@njit(cache=True)
-def _q4_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(2, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q4_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(3, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q5_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(6, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q5_1_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(7, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q8_0_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(8, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q4_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-@njit(cache=True)
-def _q6_k_multi(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
-    _tasks(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
-
-
-_ENTRY_MULTI = {F.Q4_0: _q4_0_multi, F.Q4_1: _q4_1_multi, F.Q5_0: _q5_0_multi, F.Q5_1: _q5_1_multi,
-                F.Q8_0: _q8_0_multi, F.Q4_K: _q4_k_multi, F.Q6_K: _q6_k_multi}
+def run_interleaved(code: int, wp: np.ndarray, X: np.ndarray, OUT: np.ndarray, tile: int, q: int, m: int,
+                    hb: int) -> None:
+    """OUT = X @ W.T for one interleaved weight: its format's entry with two empty weights."""
+    _ENTRY[code](wp, _NO_WEIGHT, _NO_WEIGHT, X, OUT, OUT, OUT, tile, q, m, hb)
 
 
 def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.ndarray, np.ndarray], None]:
@@ -690,7 +662,6 @@ def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.nda
     per_block = 256 if code in SUPER_LAYOUTS else 32
     if cols % per_block or wp.ndim != 2 or wp.dtype != np.uint8 or wp.shape[1] != cols // per_block * tile_bytes(code):
         raise ValueError(f"not an interleaved {F.TYPE_NAME[code]} weight of {cols} columns")
-    fn = _ENTRY[code]
     rows = wp.shape[0] * ROWS
     lay = LAYOUTS.get(code)
     tile, q, m, hb = (lay.tile, lay.q, lay.m, lay.hb) if lay else (tile_bytes(code), 0, -1, -1)
@@ -698,7 +669,7 @@ def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.nda
     def run(X: np.ndarray, OUT: np.ndarray) -> None:
         if X.shape[1] != cols or OUT.shape != (X.shape[0], rows):
             raise ValueError(f"expected X float32[T, {cols}] and OUT float32[T, {rows}]")
-        fn(wp, X, OUT, tile, q, m, hb)
+        run_interleaved(code, wp, X, OUT, tile, q, m, hb)
     return run
 
 

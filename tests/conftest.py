@@ -12,6 +12,22 @@ GOLDENS = REPO.parent / "shared" / "goldens"
 ANCHORS = REPO.parent / "shared" / "anchors"
 
 
+def pytest_collection_modifyitems(session, config, items):
+    # the forced AVX2 kernel tests start now, in a child process beside the suite
+    from tests.support.avx2_child import CHILD, TEST_ID, KernelTestsChild
+
+    if any(item.nodeid == TEST_ID for item in items):
+        config.stash[CHILD] = KernelTestsChild()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    from tests.support.avx2_child import CHILD
+
+    child = session.config.stash.get(CHILD, None)
+    if child is not None:
+        child.close()
+
+
 def model_file(name: str) -> Path | None:
     from llamay_core.files.model_names import local_path
 
@@ -55,6 +71,17 @@ def tiny_model_path(tmp_path):
     from tests.support.tiny_gguf import write_tiny_llama
 
     return write_tiny_llama(tmp_path / "tiny.gguf")
+
+
+@pytest.fixture(autouse=True)
+def _one_loop_per_op_unless_a_team_test(request, monkeypatch):
+    """The cpu backend's default decode runner, a team of threads in one parallel region
+    (backends/cpu/team.py), is compiled once per set of weight formats a model uses (~30 s cold
+    on CI's machine). Tests of anything else run the compiled program with one parallel loop per
+    op (the same bits: test_cpu_team.py); tests marked `team` and `.ci/run`'s conformance step
+    on the default model run the default."""
+    if "team" not in request.keywords:
+        monkeypatch.setenv("LLAMAY_CPU_TEAM", "0")
 
 
 @pytest.fixture(autouse=True, scope="session")

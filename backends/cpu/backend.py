@@ -100,8 +100,8 @@ class CpuBackend(BackendBase):
         decode = f"int8 activations ({dot})" if self.activations == "int8" and dot else "float activations"
         repack = ("8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)"
                   if "int8" in decode else "off")
-        return {"kernels": level, "matmul": f"cpu, decode {decode}", "gemm": "dequantized tiles + BLAS sgemm",
-                "repack": repack}
+        return {"kernels": level, "matmul": f"cpu, decode {decode} by {_decode_runner()}",
+                "gemm": "dequantized tiles + BLAS sgemm", "repack": repack}
 
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> dict[str, CpuWeight]:
         t0 = time.perf_counter()
@@ -143,6 +143,14 @@ def activations_option() -> str:
     if value not in ("int8", "float"):
         raise ValueError(f"{ACTIVATIONS_ENV}={value!r}: expected int8 or float")
     return value
+
+
+def _decode_runner() -> str:
+    """How a decode pass's compiled stretches run (backends/cpu/team.py)."""
+    from llamay_backends.cpu import program, team
+
+    threads = team.team_threads() if os.environ.get(program.TEAM_ENV, "1") != "0" else 0
+    return f"a team of {threads} threads" if threads else "one parallel loop per op"
 
 
 def _threading_layer() -> str:

@@ -428,9 +428,28 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
     # A row of one piece gets its output from its task directly; a longer one's tasks leave each
     # head's max score, sum of weights and weighted sum of values, merged in order after.
     n = rows.shape[0]
+    firsts, sizes, task_start = attention_plan(positions, rows, window)
+    n_tasks = task_start[n]
+    part_m = np.empty((n_tasks, n_heads), np.float32)
+    part_l = np.empty((n_tasks, n_heads), np.float32)
+    part_o = np.empty((n_tasks if n_tasks > n else 0, n_heads * value_dim), np.float32)
+    for task in prange(n_tasks):
+        attention_task(task, q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads, key_dim,
+                       value_dim, scale, cap, rows, firsts, sizes, task_start, part_m, part_l, part_o, out)
+    if part_o.shape[0] > 0:
+        attention_merge(rows, task_start, part_m, part_l, part_o, out, 0, n)
+
+
+@njit(cache=True)
+def attention_plan(positions, rows, window):
+    """A decode attention's tasks: each row's keys cut into pieces at multiples of its piece size
+    (32 keys, or a larger multiple of 32 that keeps a row to MAX_PIECES pieces; so a row has at
+    most MAX_PIECES + 1), by the row's own position and window only. (firsts, sizes,
+    task_start): a row's first key, its piece size, its first task (task_start[n]: all tasks)."""
+    n = rows.shape[0]
     firsts = np.empty(n, np.int64)
-    sizes = np.empty(n, np.int64)  # a row's piece size
-    task_start = np.empty(n + 1, np.int64)  # a row's first task
+    sizes = np.empty(n, np.int64)
+    task_start = np.empty(n + 1, np.int64)
     task_start[0] = 0
     for r in range(n):
         pos = positions[rows[r]]
@@ -441,25 +460,32 @@ def _attention_vec(q, positions, seq_index, page_tables, k_store, v_store, n_hea
         blocks = (pos - first) // KEYS_PER_TASK + 1
         sizes[r] = KEYS_PER_TASK * ((blocks + MAX_PIECES - 1) // MAX_PIECES)
         task_start[r + 1] = task_start[r] + pos // sizes[r] - first // sizes[r] + 1
-    n_tasks = task_start[n]
-    part_m = np.empty((n_tasks, n_heads), np.float32)
-    part_l = np.empty((n_tasks, n_heads), np.float32)
-    part_o = np.empty((n_tasks if n_tasks > n else 0, n_heads * value_dim), np.float32)
-    for task in prange(n_tasks):
-        r = 0
-        while task_start[r + 1] <= task:
-            r += 1
-        t = rows[r]
-        size = sizes[r]
-        start = (firsts[r] // size + task - task_start[r]) * size
-        alone = task_start[r + 1] - task_start[r] == 1
-        _attention_piece(q[t], page_tables[seq_index[t]], k_store, v_store, n_heads, n_heads // n_kv_heads,
-                         key_dim, value_dim, scale, cap, max(start, firsts[r]), min(positions[t] + 1, start + size),
-                         part_m[task], part_l[task], out[t] if alone else part_o[task], alone)
-    if part_o.shape[0] > 0:
-        for r in range(n):
-            if task_start[r + 1] - task_start[r] > 1:
-                _merge_pieces(part_m, part_l, part_o, task_start[r], task_start[r + 1], out[rows[r]])
+    return firsts, sizes, task_start
+
+
+@njit(cache=True)
+def attention_task(task, q, positions, seq_index, page_tables, k_store, v_store, n_heads, n_kv_heads, key_dim,
+                   value_dim, scale, cap, rows, firsts, sizes, task_start, part_m, part_l, part_o, out):
+    """Task `task` of `attention_plan`: one piece of a row's keys for all heads, into out (a row
+    of one piece) or into the task's row of part_m, part_l, part_o for `attention_merge`."""
+    r = 0
+    while task_start[r + 1] <= task:
+        r += 1
+    t = rows[r]
+    size = sizes[r]
+    start = (firsts[r] // size + task - task_start[r]) * size
+    alone = task_start[r + 1] - task_start[r] == 1
+    _attention_piece(q[t], page_tables[seq_index[t]], k_store, v_store, n_heads, n_heads // n_kv_heads,
+                     key_dim, value_dim, scale, cap, max(start, firsts[r]), min(positions[t] + 1, start + size),
+                     part_m[task], part_l[task], out[t] if alone else part_o[task], alone)
+
+
+@njit(cache=True)
+def attention_merge(rows, task_start, part_m, part_l, part_o, out, r0, r1):
+    """Rows r0..r1-1 of more than one piece: their pieces merged in order into out."""
+    for r in range(r0, r1):
+        if task_start[r + 1] - task_start[r] > 1:
+            _merge_pieces(part_m, part_l, part_o, task_start[r], task_start[r + 1], out[rows[r]])
 
 
 @njit(fastmath=True, cache=True, error_model="numpy")  # inf/nan, never an exception

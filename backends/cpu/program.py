@@ -14,6 +14,7 @@ arguments' types are fixed when the program is built, so no per-call typing is n
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,8 @@ EMBED, RMS_NORM, MATMUL, ADD, MUL, SCALE, ROPE, KV_WRITE, ATTENTION, SILU_MUL, G
     COLUMNS = range(1, 15)
 
 SERIAL_ROWS = ops.SERIAL_ROWS
+# "0": run every stretch with `_run` (one parallel loop per matmul), never as a team (`team.py`)
+TEAM_ENV = "LLAMAY_CPU_TEAM"
 
 
 class ArrayTable:
@@ -158,69 +161,22 @@ def _biases(ints, i, n, few, bufs, vecs):
 def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index, tables,
           pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial):
     """Instruction i, any op but a matmul, on n rows."""
-    if op == RMS_NORM:
-        x = _f32_2d(bufs, ints[i, A])[:n]
-        out = _f32_2d(bufs, ints[i, OUT])[:n]
-        has_w = ints[i, P0] != 0
-        if few:
-            ops._rms_norm_rows(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out, 0, n)
-        else:
-            ops._rms_norm_par(x, _f32_1d(vecs, ints[i, V]), has_w, floats[i, 0], ints[i, P1], floats[i, 1], out)
-    elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
-        a = _f32_2d(bufs, ints[i, A])[:n]
-        b = _f32_2d(bufs, ints[i, B])[:n]
-        out = _f32_2d(bufs, ints[i, OUT])[:n]
-        if op == ADD:
-            if few:
-                ops._add_rows(a, b, out, 0, n)
-            else:
-                ops._add_par(a, b, out)
-        elif op == MUL:
-            if few:
-                ops._mul_rows(a, b, out, 0, n)
-            else:
-                ops._mul_par(a, b, out)
-        elif op == SILU_MUL:
-            if few:
-                ops._silu_mul_rows(a, b, out, 0, n)
-            else:
-                ops._silu_mul_par(a, b, out)
-        else:
-            if few:
-                ops._gelu_mul_rows(a, b, out, 0, n)
-            else:
-                ops._gelu_mul_par(a, b, out)
-    elif op == ROPE:
+    if op == ROPE:
         slot = ints[i, P0]
-        cos = _f64_2d(angles, 2 * slot)[:n_tok]
-        sin = _f64_2d(angles, 2 * slot + 1)[:n_tok]
         if angle_pass[slot] != serial:  # once per pass for every rope with these frequencies
+            cos = _f64_2d(angles, 2 * slot)[:n_tok]
+            sin = _f64_2d(angles, 2 * slot + 1)[:n_tok]
             if n_tok <= SERIAL_ROWS:
                 ops._rope_angle_rows(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin, 0, n_tok)
             else:
                 ops._rope_angle_par(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin)
             angle_pass[slot] = serial
-        x = _f32_2d(bufs, ints[i, A])[:n]
-        out = _f32_2d(bufs, ints[i, OUT])[:n]
-        n_heads, head_dim, n_rot, neox = ints[i, P1], ints[i, P2], ints[i, P3], ints[i, P4] != 0
-        if few:
-            ops._rope_rows(x, cos, sin, n_heads, head_dim, n_rot, neox, out, 0, n)
-        else:
-            ops._rope_par(x, cos, sin, n_heads, head_dim, n_rot, neox, out)
-        mscale = np.float32(floats[i, 0])
-        if mscale != np.float32(1.0):
-            for t in range(n):
-                for h in range(n_heads):
-                    for j in range(n_rot):
-                        out[t, h * head_dim + j] = out[t, h * head_dim + j] * mscale
-    elif op == KV_WRITE:
-        k = _f32_2d(bufs, ints[i, A])[:n]
-        v = _f32_2d(bufs, ints[i, B])[:n]
-        if few:
-            ops._kv_write_rows(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), 0, n)
-        else:
-            ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
-    elif op == ATTENTION:
+    if op == EMBED:
+        w = _u8_2d(weights, ints[i, W])
+        for t in range(n):
+            if tokens[t] < 0 or tokens[t] >= w.shape[0]:
+                raise IndexError("row id out of range")
+    if op == ATTENTION:
         q = _f32_2d(bufs, ints[i, A])[:n]
         out = _f32_2d(bufs, ints[i, OUT])[:n]
         if ints[i, P7] != 0:
@@ -231,45 +187,124 @@ def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, t
             ops._attention_scalar(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
                                   ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
                                   out)
+    elif op == SELECT:
+        x = _f32_2d(bufs, ints[i, A])
+        out = _f32_2d(bufs, ints[i, OUT])
+        select_rows(x, rows, out, 0, n_rows)
+    elif few or op == COLUMNS:
+        if not local_step(op, ints, floats, i, 0, n, bufs, weights, vecs, angles, kv, tokens, pages, slots):
+            raise ValueError("unknown instruction")
+    elif op == RMS_NORM:
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        ops._rms_norm_par(x, _f32_1d(vecs, ints[i, V]), ints[i, P0] != 0, floats[i, 0], ints[i, P1], floats[i, 1], out)
+    elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
+        a = _f32_2d(bufs, ints[i, A])[:n]
+        b = _f32_2d(bufs, ints[i, B])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        if op == ADD:
+            ops._add_par(a, b, out)
+        elif op == MUL:
+            ops._mul_par(a, b, out)
+        elif op == SILU_MUL:
+            ops._silu_mul_par(a, b, out)
+        else:
+            ops._gelu_mul_par(a, b, out)
+    elif op == ROPE:
+        slot = ints[i, P0]
+        x = _f32_2d(bufs, ints[i, A])[:n]
+        out = _f32_2d(bufs, ints[i, OUT])[:n]
+        ops._rope_par(x, _f64_2d(angles, 2 * slot)[:n_tok], _f64_2d(angles, 2 * slot + 1)[:n_tok], ints[i, P1],
+                      ints[i, P2], ints[i, P3], ints[i, P4] != 0, out)
+        _rope_mscale(ints, floats, i, out, 0, n)
+    elif op == KV_WRITE:
+        k = _f32_2d(bufs, ints[i, A])[:n]
+        v = _f32_2d(bufs, ints[i, B])[:n]
+        ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
     elif op == EMBED:
         out = _f32_2d(bufs, ints[i, OUT])[:n]
         kernels.dequantize_rows(ints[i, P0], _u8_2d(weights, ints[i, W]), tokens, out)
         factor = np.float32(floats[i, 0])
         if factor != np.float32(1.0):
-            if few:
-                ops._scale_rows(out, factor, out, 0, n)
-            else:
-                ops._scale_par(out, factor, out)
+            ops._scale_par(out, factor, out)
     elif op == SCALE:
-        x = _f32_2d(bufs, ints[i, A])[:n]
-        out = _f32_2d(bufs, ints[i, OUT])[:n]
-        factor = np.float32(floats[i, 0])
-        if few:
-            ops._scale_rows(x, factor, out, 0, n)
-        else:
-            ops._scale_par(x, factor, out)
+        ops._scale_par(_f32_2d(bufs, ints[i, A])[:n], np.float32(floats[i, 0]), _f32_2d(bufs, ints[i, OUT])[:n])
     elif op == SOFTCAP:
-        x = _f32_2d(bufs, ints[i, A])[:n]
-        out = _f32_2d(bufs, ints[i, OUT])[:n]
-        if few:
-            ops._softcap_rows(x, floats[i, 0], out, 0, n)
-        else:
-            ops._softcap_par(x, floats[i, 0], out)
-    elif op == SELECT:
-        x = _f32_2d(bufs, ints[i, A])
+        ops._softcap_par(_f32_2d(bufs, ints[i, A])[:n], floats[i, 0], _f32_2d(bufs, ints[i, OUT])[:n])
+    else:
+        raise ValueError("unknown instruction")
+
+
+@njit(cache=True)
+def local_step(op, ints, floats, i, t0, t1, bufs, weights, vecs, angles, kv, tokens, pages, slots):
+    """Instruction i on rows t0..t1-1 on the calling thread, for an op whose row t reads row t of
+    its inputs only (its rope angles computed; its token ids checked): True, or False for any
+    other op. The same row kernels as the parallel drivers, so a row's bits are the same."""
+    if op == RMS_NORM:
+        ops._rms_norm_rows(_f32_2d(bufs, ints[i, A]), _f32_1d(vecs, ints[i, V]), ints[i, P0] != 0, floats[i, 0],
+                           ints[i, P1], floats[i, 1], _f32_2d(bufs, ints[i, OUT]), t0, t1)
+    elif op == ADD or op == MUL or op == SILU_MUL or op == GELU_MUL:
+        a = _f32_2d(bufs, ints[i, A])
+        b = _f32_2d(bufs, ints[i, B])
         out = _f32_2d(bufs, ints[i, OUT])
-        for j in range(n_rows):
-            for c in range(x.shape[1]):
-                out[j, c] = x[rows[j], c]
+        if op == ADD:
+            ops._add_rows(a, b, out, t0, t1)
+        elif op == MUL:
+            ops._mul_rows(a, b, out, t0, t1)
+        elif op == SILU_MUL:
+            ops._silu_mul_rows(a, b, out, t0, t1)
+        else:
+            ops._gelu_mul_rows(a, b, out, t0, t1)
+    elif op == ROPE:
+        slot = ints[i, P0]
+        out = _f32_2d(bufs, ints[i, OUT])
+        ops._rope_rows(_f32_2d(bufs, ints[i, A]), _f64_2d(angles, 2 * slot), _f64_2d(angles, 2 * slot + 1), ints[i, P1],
+                       ints[i, P2], ints[i, P3], ints[i, P4] != 0, out, t0, t1)
+        _rope_mscale(ints, floats, i, out, t0, t1)
+    elif op == KV_WRITE:
+        ops._kv_write_rows(_f32_2d(bufs, ints[i, A]), _f32_2d(bufs, ints[i, B]), pages, slots,
+                           _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), t0, t1)
+    elif op == EMBED:
+        out = _f32_2d(bufs, ints[i, OUT])
+        w = _u8_2d(weights, ints[i, W])
+        for t in range(t0, t1):
+            kernels.deq_row(ints[i, P0], w[tokens[t]], out[t])
+        factor = np.float32(floats[i, 0])
+        if factor != np.float32(1.0):
+            ops._scale_rows(out, factor, out, t0, t1)
+    elif op == SCALE:
+        ops._scale_rows(_f32_2d(bufs, ints[i, A]), np.float32(floats[i, 0]), _f32_2d(bufs, ints[i, OUT]), t0, t1)
+    elif op == SOFTCAP:
+        ops._softcap_rows(_f32_2d(bufs, ints[i, A]), floats[i, 0], _f32_2d(bufs, ints[i, OUT]), t0, t1)
     elif op == COLUMNS:
         x = _f32_2d(bufs, ints[i, A])
         out = _f32_2d(bufs, ints[i, OUT])
         start, width = ints[i, P0], ints[i, P1]
-        for t in range(n):
+        for t in range(t0, t1):
             for c in range(width):  # loops: slice assignment costs seconds of compile for its shape errors
                 out[t, c] = x[t, start + c]
     else:
-        raise ValueError("unknown instruction")
+        return False
+    return True
+
+
+@njit(cache=True)
+def _rope_mscale(ints, floats, i, out, t0, t1):
+    mscale = np.float32(floats[i, 0])
+    if mscale != np.float32(1.0):
+        n_heads, head_dim, n_rot = ints[i, P1], ints[i, P2], ints[i, P3]
+        for t in range(t0, t1):
+            for h in range(n_heads):
+                for j in range(n_rot):
+                    out[t, h * head_dim + j] = out[t, h * head_dim + j] * mscale
+
+
+@njit(cache=True)
+def select_rows(x, rows, out, j0, j1):
+    """out[j] = x[rows[j]] for j in j0..j1-1."""
+    for j in range(j0, j1):
+        for c in range(x.shape[1]):
+            out[j, c] = x[rows[j], c]
 
 
 class Program:
@@ -291,6 +326,8 @@ class Program:
         self._slots: dict[tuple[bytes, float], int] = {}
         self.segments: list[Any] = []  # (ints, floats) stretches and Python step indices
         self._entry: Any = None
+        self._team_entry: Any = None  # `team.run_team`, for the pieces that say so
+        self._team_pieces: dict[int, list[Any]] = {}  # a stretch's (ints, floats, as a team) pieces
         self._arange = np.arange(plan.max_tokens, dtype=np.int64)
 
     # -- building -----------------------------------------------------------------------------
@@ -410,6 +447,7 @@ class Program:
         self.tables = tuple(t.table() for t in (self.bufs, self.weights, self.vecs, self.freqs, self.angles, self.kv))
         if any(not isinstance(s, int) for s in self.segments):
             self._compile()
+            self._compile_team()
 
     def _fuse(self, ints: list[np.ndarray], floats: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Merge interleaved matmuls of one format reading the same value (q, k, v; gate, up) into
@@ -462,6 +500,38 @@ class Program:
         self._entry = _run.overloads[sig].entry_point
         self._entry(self.formats, *args)
 
+    def _compile_team(self) -> None:
+        # the team runner (`team.py`) where it can run at all: each stretch cut into runs of
+        # instructions it runs and runs of those it does not (left to `_run`)
+        from llamay_backends.cpu import sync, team
+
+        if os.environ.get(TEAM_ENV, "1") == "0" or team.team_threads() == 0:
+            return
+        kv_f32 = self.plan.store.spec.dtype == "f32"
+        for k, segment in enumerate(self.segments):
+            if isinstance(segment, int):
+                continue
+            ints, floats = segment
+            ready = team.team_ready(ints, kv_f32)
+            cuts = [0] + [i for i in range(1, len(ints)) if ready[i] != ready[i - 1]] + [len(ints)]
+            self._team_pieces[k] = [(np.ascontiguousarray(ints[a:b]), np.ascontiguousarray(floats[a:b]), bool(ready[a]))
+                                    for a, b in zip(cuts, cuts[1:])]
+        teamed = [piece for pieces in self._team_pieces.values() for piece in pieces if piece[2]]
+        if not teamed:
+            self._team_pieces = {}
+            return
+        self._team_state = sync.new_state()
+        self._team_scratch = team.attention_scratch(np.concatenate([piece[0] for piece in teamed]))
+        ints, floats, _ = teamed[0]
+        empty = np.zeros(0, np.int64)
+        args = (ints, floats, *self.tables, empty, empty, empty, np.zeros((1, 1), np.int64), empty, empty, empty,
+                self._arange, 0, 0, self.angle_pass, -1, self._team_state, *self._team_scratch, 1)
+        sig = (types.literal(self.formats),) + tuple(typeof(a) for a in args)
+        team.run_team.compile(sig)
+        self._team_entry = team.run_team.overloads[sig].entry_point
+        self._team_entry(self.formats, *args)
+        self._team_threads = team.team_threads
+
     # -- running ------------------------------------------------------------------------------
     def __call__(self, p: Any) -> None:
         """Run the pass `p` (a `PassInfo`): stretches compiled, the other steps as Python."""
@@ -472,9 +542,21 @@ class Program:
         per_pass = tuple(np.ascontiguousarray(a, np.int64) for a in
                          (p.tokens, p.positions, p.seq_index, p.tables, pages, p.slots, p.rows))
         steps = self.plan.steps
-        for segment in self.segments:
+        # a team while the threads it needs are there (a caller may have changed Numba's count)
+        threads = self._team_threads() if self._team_entry is not None else 0
+        for k, segment in enumerate(self.segments):
             if isinstance(segment, int):
                 steps[segment](p)
+                continue
+            if threads > 1 and k in self._team_pieces:
+                for ints, floats, teamed in self._team_pieces[k]:
+                    if teamed:
+                        self._team_entry(self.formats, ints, floats, *self.tables, *per_pass, self._arange, n,
+                                         n_rows, self.angle_pass, p.serial, self._team_state, *self._team_scratch,
+                                         threads)
+                    else:
+                        self._entry(self.formats, ints, floats, *self.tables, *per_pass, self._arange, n, n_rows,
+                                    self.angle_pass, p.serial)
                 continue
             ints, floats = segment
             self._entry(self.formats, ints, floats, *self.tables, *per_pass, self._arange, n, n_rows,

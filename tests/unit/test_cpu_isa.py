@@ -44,26 +44,19 @@ def test_avx2_build_has_no_avx512_instructions(tmp_path):
     assert flags == "False False True True", done.stdout
 
 
-def test_avx2_build_matches_reference():
+def test_avx2_build_matches_reference(request):
     # the per-row int8 kernel (matmul_q8) and the float one, the int8 one also against its exact
-    # scheme, where vpmaddubsw's saturation or the sign trick would show; the grouped int8 decode
-    # kernel against the scheme. The intrinsics are shared by all formats and each format compiled
-    # under AVX2 costs ~10 s of CI's budget, so one format per way of feeding them: unsigned nibbles
-    # with an offset (Q4_0), a fifth bit and a minimum (Q5_1), signed bytes (Q8_0), 2-bit planes
-    # (Q2_K), K-quant scales and minimums (Q4_K), signed 6-bit with two scales per run (Q6_K), and
-    # the float path's F16. The interleaved int8 kernel (`exactly_the_scheme` in
-    # test_cpu_interleaved.py) runs for those formats, and its four-token blocks and prompt
-    # chunks (`decode_bits_across_chunks`) for Q5_1, Q4_K, Q6_K and Q8_0. Not the q/k/v loop
-    # nor the compiled decode program: one `_tasks` serves one to three weights, and the program
-    # only calls these kernels, so their bits hold on any ISA (each would cost CI a minute here).
-    formats = " or ".join(f"[{name}" for name in ("Q4_0", "Q5_1", "Q8_0", "Q2_K", "Q4_K", "Q6_K", "F16"))
-    selection = (f"(matmul_q8_matches_reference or matvec_float_matches_reference or exactly_the_scheme "
-                 f"or decode_bits_across_chunks) "
-                 f"and ({formats})")
-    files = ["tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py", "tests/unit/test_cpu_interleaved.py"]
-    done = _run(["-m", "pytest", *files, "-q", "-p", "no:cacheprovider", "-k", selection], {})
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
-    assert " passed" in done.stdout and " failed" not in done.stdout
+    # scheme, where vpmaddubsw's saturation or the sign trick would show; the grouped and the
+    # interleaved int8 decode kernels against the scheme (formats: tests/support/avx2_child.py).
+    # The child started when the session collected this test (tests/conftest.py).
+    from tests.support.avx2_child import CHILD, KernelTestsChild
+
+    child = request.config.stash.get(CHILD, None)
+    if child is None:  # selected some other way than collection (a plugin): start it here
+        child = request.config.stash[CHILD] = KernelTestsChild()
+    code, out = child.result()
+    assert code == 0, out[-5000:]
+    assert " passed" in out and " failed" not in out
 
 
 def test_level_names_and_bad_choice(monkeypatch):

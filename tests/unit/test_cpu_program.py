@@ -79,6 +79,7 @@ def test_a_batch_of_sequences_gets_the_same_bits_both_ways(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.team  # the default runner on the default model (a team, on two cores or more)
 def test_the_default_model_decodes_the_same_both_ways(smollm_path):
     compiled, steps = _pair(smollm_path)
     _decode_alike(compiled, steps, compiled.tokenize("The capital of France is"), 5)

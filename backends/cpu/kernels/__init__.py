@@ -115,7 +115,7 @@ from ._api import (  # noqa: E402
 )
 from ._interleaved import interleaved_kernel, read_only  # noqa: E402
 from ._decode_call import (INTERLEAVED, MULTI, DecodeCall, decode_call, decode_matmul,  # noqa: E402
-                           decode_matmul_multi, empty_weight, formats_key, interleaved_multi)
+                           decode_matmul_multi, empty_weight, formats_key, interleaved_multi, team_matmul)
 from .interleaved import can_pack as can_interleave  # noqa: E402
 from .interleaved import pack as interleave  # noqa: E402
 from .interleaved import INT8_PREFILL  # noqa: E402
@@ -145,6 +145,7 @@ __all__ = [
     "matmul", "matmul_fused", "matmul_q8", "q8_roundtrip", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "interleaved_kernel", "can_interleave", "interleave", "INT8_PREFILL",
     "DecodeCall", "decode_call", "decode_matmul", "decode_matmul_multi", "interleaved_multi", "empty_weight", "formats_key",
+    "team_matmul",
     "INTERLEAVED", "MULTI", "read_only",
     "prepare_x", "prepare_x_q8", "x_sums", "dot_rows", "quantize_q8", "qdot_rows", "deq_row",
     "SERIAL_BYTES", "SMALL_T", "TILE_BYTES", "TILE_ROWS", "XA_ROWS",

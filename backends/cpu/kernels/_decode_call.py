@@ -159,5 +159,26 @@ def _decode_matmul_multi(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, h
     return names["impl"]
 
 
+def team_matmul(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state):  # pragma: no cover
+    """In compiled code, for one thread of a team: its share of `decode_matmul_multi`'s tasks (of
+    `decode_matmul`'s, for one weight and two empty ones), for an interleaved format in `formats`."""
+
+
+@overload(team_matmul)
+def _team_matmul(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state):
+    if not isinstance(formats, types.StringLiteral):
+        return None
+    names: dict[str, object] = {"team_tasks": _interleaved.team_tasks}
+    lines = ["def impl(formats, code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state):"]
+    for code_ in sorted({code_ for kind_, code_ in _pairs(formats) if kind_ in (INTERLEAVED, MULTI)}):
+        lines += [f"    if code == {code_}:",
+                  f"        team_tasks({code_}, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state)",
+                  "        return"]
+    lines.append("    raise ValueError('team_matmul: a format the program was not built for')")
+    exec("\n".join(lines), names)
+    return names["impl"]
+
+
 __all__ = ["DecodeCall", "decode_call", "formats_key", "decode_matmul", "decode_matmul_multi", "interleaved_multi",
+           "team_matmul",
            "empty_weight", "INTERLEAVED", "GROUPED_Q8", "GROUPED", "FUSED", "MULTI"]

@@ -46,6 +46,8 @@ EMBED, RMS_NORM, MATMUL, ADD, MUL, SCALE, ROPE, KV_WRITE, ATTENTION, SILU_MUL, G
 SERIAL_ROWS = ops.SERIAL_ROWS
 # "0": run every stretch with `_run` (one parallel loop per matmul), never as a team (`team.py`)
 TEAM_ENV = "LLAMAY_CPU_TEAM"
+# parallel loops (matmuls, attention) a run of instructions needs for a team to run it
+MIN_TEAM_LOOPS = 4
 
 
 class ArrayTable:
@@ -514,7 +516,10 @@ class Program:
             ints, floats = segment
             ready = team.team_ready(ints, kv_f32)
             cuts = [0] + [i for i in range(1, len(ints)) if ready[i] != ready[i - 1]] + [len(ints)]
-            self._team_pieces[k] = [(np.ascontiguousarray(ints[a:b]), np.ascontiguousarray(floats[a:b]), bool(ready[a]))
+            # a run of few parallel loops gains nothing from a team (one region either way) and
+            # would cost its compile: graphs of one op, as conformance's op cases
+            self._team_pieces[k] = [(np.ascontiguousarray(ints[a:b]), np.ascontiguousarray(floats[a:b]),
+                                     bool(ready[a]) and team.parallel_loops(ints[a:b]) >= MIN_TEAM_LOOPS)
                                     for a, b in zip(cuts, cuts[1:])]
         teamed = [piece for pieces in self._team_pieces.values() for piece in pieces if piece[2]]
         if not teamed:

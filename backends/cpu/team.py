@@ -18,7 +18,8 @@ The team needs every thread of the region to run at once (a barrier waits for al
 only where Numba's threading layer gives each iteration of `prange(n_threads)` its own thread
 (omp, workqueue) and there are no more threads than cores (`team_threads`). A stretch's
 instructions a team does not run (matmuls of the grouped and float kernels, attention by the
-scalar kernel) are left to `_run` (`team_ready`, `Program._compile_team`). Anything that could
+scalar kernel) are left to `_run` (`team_ready`, `Program._compile_team`), as are runs of fewer
+than `program.MIN_TEAM_LOOPS` parallel loops (a graph of one op: nothing to gain, a compile to pay). Anything that could
 raise is checked before the region starts: a thread that raised would leave the others waiting.
 LLAMAY_CPU_TEAM=0 turns the team off.
 """
@@ -52,6 +53,11 @@ def team_ready(ints: np.ndarray, kv_f32: bool) -> np.ndarray:
         if row[OP] == ATTENTION and (row[P7] == 0 or not kv_f32):
             ready[i] = False
     return ready
+
+
+def parallel_loops(ints: np.ndarray) -> int:
+    """The matmuls and attention of some instructions: what a team runs in one region."""
+    return int(np.isin(ints[:, OP], (MATMUL, ATTENTION)).sum())
 
 
 def team_threads() -> int:

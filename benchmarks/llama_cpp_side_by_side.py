@@ -101,11 +101,19 @@ def build_options(binary: str) -> dict:
     return {}
 
 
+def _positive(text: str) -> int:
+    # both tests run (pp and tg): a 0 would leave one without tokens to time
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a count of at least 1, got {text}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-m", default="smollm2:135m")
-    parser.add_argument("-prompt", type=int, default=512)
-    parser.add_argument("-gen", type=int, default=128)
+    parser.add_argument("-prompt", type=_positive, default=512)
+    parser.add_argument("-gen", type=_positive, default=128)
     parser.add_argument("-reps", type=int, default=3)
     parser.add_argument("-t", type=int, default=2)
     parser.add_argument("-llama-bench", dest="llama_bench", action="append", default=[],

@@ -14,6 +14,7 @@ from numba import njit, prange
 import llamay
 from llamay_core.engine.forward import SequenceChunk
 from tests.support.family_gguf import write_family_gguf
+from tests.unit.test_cpu_program import _decode_alike
 
 pytestmark = pytest.mark.team
 
@@ -86,17 +87,7 @@ def _pair(path, n_ctx: int = 1024):
     return teamed, single
 
 
-def _same_bits(a, b, prompt: list[int], n: int) -> None:
-    ca, cb = a.context(), b.context()
-    la, lb = ca.extend(prompt), cb.extend(prompt)
-    np.testing.assert_array_equal(la, lb)
-    for _ in range(n):
-        token = int(np.argmax(la))
-        la, lb = ca.extend([token]), cb.extend([token])
-        np.testing.assert_array_equal(la, lb)
-
-
-def test_a_team_decodes_past_many_attention_pieces_with_the_same_bits(tmp_path):
+def test_a_team_decodes_past_many_attention_pieces_with_the_decode_alike(tmp_path):
     # 600 keys: pieces of 64 (past 16 pieces of 32), merged by the thread that owns the row
     _threads_or_skip()
     # heads of 64 for the vector attention kernel; the float output matmul stays with `_run`
@@ -105,10 +96,10 @@ def test_a_team_decodes_past_many_attention_pieces_with_the_same_bits(tmp_path):
     pieces = [piece for pieces in teamed.executable.program._team_pieces.values() for piece in pieces]
     assert [teamed for _, _, teamed in pieces] == [True, False]
     prompt = [int(t) for t in np.random.default_rng(1).integers(3, 200, 560)]
-    _same_bits(teamed, single, prompt, 40)
+    _decode_alike(teamed, single, prompt, 40)
 
 
-def test_a_team_splits_a_batch_by_rows_with_the_same_bits(tmp_path):
+def test_a_team_splits_a_batch_by_rows_with_the_decode_alike(tmp_path):
     """Three sequences of seven rows with biases on q, k and v: rows split between the threads,
     the logit rows selected."""
     _threads_or_skip()
@@ -132,7 +123,7 @@ def test_a_team_splits_a_batch_by_rows_with_the_same_bits(tmp_path):
 def test_the_default_model_decodes_the_same_as_a_team(smollm_path):
     _threads_or_skip()
     teamed, single = _pair(smollm_path)
-    _same_bits(teamed, single, teamed.tokenize("The capital of France is") * 12, 24)
+    _decode_alike(teamed, single, teamed.tokenize("The capital of France is") * 12, 24)
 
 
 def test_no_team_when_turned_off_or_short_of_cores(tmp_path, monkeypatch):

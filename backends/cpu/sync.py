@@ -1,12 +1,14 @@
-"""A spin barrier for threads that stay inside one Numba parallel region (`team.py`).
+"""A spin barrier and a shared count of tasks taken, for threads that stay inside one Numba
+parallel region (`team.py`).
 
 Why: a decode token of a small model is ~150 parallel loops (matmuls, attention) of a few
 microseconds each; entering and leaving a Numba `prange` costs ~1.5 us and each loop starts its
 memory streams cold. A team that enters once per stretch of the program meets at these barriers
 instead (~0.1-0.3 us on two cores).
 
-The state is an int64 array made by `new_state`: its two counters a cache line apart, so the
-arrivals do not bounce the line the waiting threads read.
+The state is an int64 array made by `new_state`: its counters (arrivals, the barrier's generation,
+tasks taken) a cache line apart, so arriving or taking does not bounce the line the waiting
+threads read.
 """
 from __future__ import annotations
 

@@ -15,6 +15,7 @@ arguments' types are fixed when the program is built, so no per-call typing is n
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -149,14 +150,22 @@ def _run(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, tokens, 
 @njit(cache=True)
 def _biases(ints, i, n, few, bufs, vecs):
     """Each output's bias, where the matmul instruction i names one."""
+    if few:
+        bias_rows(ints, i, 0, n, bufs, vecs)
+        return
     for k in range(3):
         o, v = (OUT, V) if k == 0 else (OUT2, V2) if k == 1 else (OUT3, V3)
         if ints[i, v] >= 0:
-            y = _f32_2d(bufs, ints[i, o])[:n]
-            if few:
-                ops._add_bias_rows(y, _f32_1d(vecs, ints[i, v]), 0, n)
-            else:
-                ops._add_bias_par(y, _f32_1d(vecs, ints[i, v]))
+            ops._add_bias_par(_f32_2d(bufs, ints[i, o])[:n], _f32_1d(vecs, ints[i, v]))
+
+
+@njit(cache=True)
+def bias_rows(ints, i, t0, t1, bufs, vecs):
+    """Rows t0..t1-1 of each output of matmul instruction i plus its bias, where it names one."""
+    for k in range(3):
+        o, v = (OUT, V) if k == 0 else (OUT2, V2) if k == 1 else (OUT3, V3)
+        if ints[i, v] >= 0:
+            ops._add_bias_rows(_f32_2d(bufs, ints[i, o]), _f32_1d(vecs, ints[i, v]), t0, t1)
 
 
 @njit(cache=True)
@@ -174,10 +183,7 @@ def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, t
                 ops._rope_angle_par(positions, _f64_1d(freqs, slot), floats[i, 1], cos, sin)
             angle_pass[slot] = serial
     if op == EMBED:
-        w = _u8_2d(weights, ints[i, W])
-        for t in range(n):
-            if tokens[t] < 0 or tokens[t] >= w.shape[0]:
-                raise IndexError("row id out of range")
+        kernels.check_row_ids(tokens, n, _u8_2d(weights, ints[i, W]).shape[0])
     if op == ATTENTION:
         q = _f32_2d(bufs, ints[i, A])[:n]
         out = _f32_2d(bufs, ints[i, OUT])[:n]
@@ -507,7 +513,8 @@ class Program:
         # instructions it runs and runs of those it does not (left to `_run`)
         from llamay_backends.cpu import sync, team
 
-        if os.environ.get(TEAM_ENV, "1") == "0" or team.team_threads() == 0:
+        cores = team.team_cores()
+        if os.environ.get(TEAM_ENV, "1") == "0" or team.team_threads(cores) == 0:
             return
         kv_f32 = self.plan.store.spec.dtype == "f32"
         for k, segment in enumerate(self.segments):
@@ -535,7 +542,7 @@ class Program:
         team.run_team.compile(sig)
         self._team_entry = team.run_team.overloads[sig].entry_point
         self._team_entry(self.formats, *args)
-        self._team_threads = team.team_threads
+        self._team_threads = partial(team.team_threads, cores)  # the cores read once, Numba's count each pass
 
     # -- running ------------------------------------------------------------------------------
     def __call__(self, p: Any) -> None:

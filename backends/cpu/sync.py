@@ -133,6 +133,33 @@ def barrier(state, n_threads, flat, start, end):
 
 
 @njit(cache=True)
+def first_share(tid, n_threads, n_tasks, own):
+    """(first, count, done): the tasks thread `tid` of a team runs first, of tasks 0..n_tasks-1
+    that every thread of the team shares. Two threads: tasks 0..own-1 are the first thread's and
+    the last `own` the second's, so each starts streaming from its end of the weights at once,
+    and the rest go to `next_share`; more threads split the tasks evenly and statically. `done`
+    is what `next_share` is given back."""
+    if n_threads != 2:
+        first = tid * n_tasks // n_threads
+        return first, (tid + 1) * n_tasks // n_threads - first, 0
+    return (0 if tid == 0 else n_tasks - own), own, own
+
+
+@njit(cache=True)
+def next_share(state, tid, n_threads, n_tasks, own, done, least):
+    """(first, count, done): the next tasks thread `tid` runs after those `first_share` or this
+    gave it; count 0 when none is left. Two threads take the middle, n_tasks - 2 own tasks, a
+    part at a time (`take`, at least `least`): the first thread going on from the front, the
+    second from the back, so the one that is ahead takes more. Reset the count (`store(state,
+    TAKEN, 0)`) once every thread is past its last call, before the next shared op."""
+    if n_threads != 2:
+        return 0, 0, done
+    _, count = take(state, n_tasks - 2 * own, least)
+    first = done if tid == 0 else n_tasks - done - count
+    return first, count, done + count
+
+
+@njit(cache=True)
 def take(state, n_tasks, least):
     """(first, count): the next tasks of `n_tasks` shared by two threads, one quarter of those
     left (at least `least`) at a time, numbered in the order taken; count 0 when none is left.

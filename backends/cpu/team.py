@@ -6,7 +6,7 @@ loop, Numba's static split leaves the thread on the busier core last at each loo
 other thread idles through the serial ops between loops. Here each thread of Numba's pool runs
 the whole stretch (`_member`): ops whose row t reads only row t (norms, rope, adds) run on each
 thread's own rows; matmul and attention tasks are shared from either end of their numbering
-(`team_tasks`, `sync.take`: the thread that is ahead takes more); the threads meet at a spin
+(`sync.first_share`, `sync.next_share`: the thread that is ahead takes more); the threads meet at a spin
 barrier (`sync.barrier`) only where one reads what another wrote, and a thread that waits
 there fetches the start of its share of the next matmul's weights meanwhile.
 
@@ -31,9 +31,9 @@ import numba
 import numpy as np
 from llamay_backends.cpu import kernels, ops, sync
 from llamay_backends.cpu.program import (A, ATTENTION, EMBED, MATMUL, OP, OUT, OUT2, OUT3, P0, P1, P2, P3, P4, P5, P6,
-                                         P7, ROPE, SEL, SELECT, V, V2, V3, W, W2, W3, _f32_1d, _f32_2d, _f32_3d,
-                                         _f64_1d, _f64_2d, _u8_2d, local_step, select_rows)
-from llamay_backends.cpu.kernels._interleaved import GROUPS_PER_TASK, TOKENS_PER_CHUNK, team_first_task
+                                         P7, ROPE, SEL, SELECT, W, W2, W3, _f32_2d, _f32_3d,
+                                         _f64_1d, _f64_2d, _u8_2d, bias_rows, local_step, select_rows)
+from llamay_backends.cpu.kernels._interleaved import TOKENS_PER_CHUNK, chunk_tasks, own_tasks, task_weight
 from numba import literally, njit, prange
 from numba.np.ufunc.parallel import _launch_threads
 
@@ -60,14 +60,21 @@ def parallel_loops(ints: np.ndarray) -> int:
     return int(np.isin(ints[:, OP], (MATMUL, ATTENTION)).sum())
 
 
-def team_threads() -> int:
-    """Threads a team would have now, or 0 where a team cannot run: a threading layer that may
-    run two iterations on one thread (tbb), or more threads than cores to run them."""
+def team_cores() -> int:
+    """Cores this process may run a team on, or 0 where a team cannot run at all: a threading
+    layer that may run two iterations of a parallel loop on one thread (tbb)."""
     _launch_threads()  # the layer is chosen when the pool starts
     if numba.threading_layer() not in TEAM_LAYERS:
         return 0
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def team_threads(cores: int | None = None) -> int:
+    """Threads a team would have now (Numba's count, which a caller may change), or 0 where a
+    team cannot run: no team layer, or more threads than cores to run them. `cores`: what
+    `team_cores()` said, where a caller asks every pass (it is a system call)."""
+    cores = team_cores() if cores is None else cores
     threads = numba.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return threads if 1 < threads <= cores else 0
 
 
@@ -90,10 +97,7 @@ def run_team(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, toke
     literally(formats)
     for i in range(ints.shape[0]):  # what would raise inside the region (a thread left waiting)
         if ints[i, OP] == EMBED:
-            w = _u8_2d(weights, ints[i, W])
-            for t in range(n_tok):
-                if tokens[t] < 0 or tokens[t] >= w.shape[0]:
-                    raise IndexError("row id out of range")
+            kernels.check_row_ids(tokens, n_tok, _u8_2d(weights, ints[i, W]).shape[0])
     # every attention's pieces (`ops.attention_plan`: at most MAX_PIECES + 1 a row), shaped per op
     part_m = np.empty(pieces(n_tok) * heads, np.float32)
     part_l = np.empty(pieces(n_tok) * heads, np.float32)
@@ -136,7 +140,7 @@ def _member(formats, tid, n_threads, ints, floats, bufs, weights, vecs, freqs, a
                 _meet(formats, ints, i + 1, n, weights, state, tid, n_threads)
                 if tid == 0:  # no thread takes tasks again before the next barrier
                     sync.store(state, sync.TAKEN, 0)
-                _biases(ints, i, t0, t1, bufs, vecs)
+                bias_rows(ints, i, t0, t1, bufs, vecs)
             else:
                 n_heads, width = ints[i, P2], ints[i, P2] * ints[i, P5]
                 pm = part_m[:pieces(n) * n_heads].reshape(pieces(n), n_heads)
@@ -175,25 +179,24 @@ def _meet(formats, ints, i, n, weights, state, tid, n_threads):
     if j == ints.shape[0] or n == 0:
         sync.barrier(state, n_threads, np.empty(0, np.uint8), 0, 0)
         return
-    w0 = _u8_2d(weights, ints[j, W])
-    n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    n_tasks = n0
-    for k in (W2, W3):
-        if ints[j, k] >= 0:
-            n_tasks += (_u8_2d(weights, ints[j, k]).shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    chunks = (n + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK  # `one_task`'s numbering
-    first = team_first_task(tid, n_threads, n_tasks * chunks) % n_tasks
-    wp = w0
-    if first >= n0:  # its share starts in the second or third weight
-        first -= n0
-        wp = _u8_2d(weights, ints[j, W2])
-        n1 = (wp.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-        if first >= n1:
-            first -= n1
-            wp = _u8_2d(weights, ints[j, W3])
+    w0, w1, w2 = _weights(ints, j, weights)
+    per_chunk = chunk_tasks(w0, w1, w2)
+    n_tasks = (n + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * per_chunk  # `count_tasks`
+    first, _, _ = sync.first_share(tid, n_threads, n_tasks, own_tasks(n_tasks))
+    which, g0 = task_weight(first % per_chunk, w0, w1, w2)
+    wp = w0 if which == 0 else w1 if which == 1 else w2
     flat = wp.reshape(wp.size)
-    start = first * GROUPS_PER_TASK * wp.shape[1]
+    start = g0 * wp.shape[1]
     sync.barrier(state, n_threads, flat, start, min(flat.shape[0], start + PREFETCH_AHEAD))
+
+
+@njit(cache=True)
+def _weights(ints, i, weights):
+    # matmul i's one to three weights: an absent one has no row groups, so no task (`empty_weight`)
+    none = kernels.read_only(np.empty((0, 1), np.uint8))
+    w2 = _u8_2d(weights, ints[i, W2]) if ints[i, W2] >= 0 else none
+    w3 = _u8_2d(weights, ints[i, W3]) if ints[i, W3] >= 0 else none
+    return _u8_2d(weights, ints[i, W]), w2, w3
 
 
 @njit(inline="always")
@@ -204,24 +207,13 @@ def pieces(n):
 
 @njit(cache=True)
 def _matmul(formats, ints, i, n, bufs, weights, tid, n_threads, state):
-    # one to three weights: an absent one has no row groups, so no task (`empty_weight`)
     x = _f32_2d(bufs, ints[i, A])[:n]
     out = _f32_2d(bufs, ints[i, OUT])[:n]
-    none = kernels.read_only(np.empty((0, 1), np.uint8))
-    w2 = _u8_2d(weights, ints[i, W2]) if ints[i, W2] >= 0 else none
-    w3 = _u8_2d(weights, ints[i, W3]) if ints[i, W3] >= 0 else none
+    w1, w2, w3 = _weights(ints, i, weights)
     out2 = _f32_2d(bufs, ints[i, OUT2])[:n] if ints[i, OUT2] >= 0 else out
     out3 = _f32_2d(bufs, ints[i, OUT3])[:n] if ints[i, OUT3] >= 0 else out
-    kernels.team_matmul(formats, ints[i, P1], _u8_2d(weights, ints[i, W]), w2, w3, x, out, out2, out3, ints[i, P2],
-                        ints[i, P3], ints[i, P4], ints[i, P5], tid, n_threads, state)
-
-
-@njit(cache=True)
-def _biases(ints, i, t0, t1, bufs, vecs):
-    for k in range(3):
-        o, v = (OUT, V) if k == 0 else (OUT2, V2) if k == 1 else (OUT3, V3)
-        if ints[i, v] >= 0:
-            ops._add_bias_rows(_f32_2d(bufs, ints[i, o]), _f32_1d(vecs, ints[i, v]), t0, t1)
+    kernels.team_matmul(formats, ints[i, P1], w1, w2, w3, x, out, out2, out3, ints[i, P2], ints[i, P3], ints[i, P4],
+                        ints[i, P5], tid, n_threads, state)
 
 
 @njit(cache=True)
@@ -233,23 +225,16 @@ def _attention(ints, floats, i, n, bufs, kv, positions, seq_index, tables, arang
     out = _f32_2d(bufs, ints[i, OUT])
     k_store, v_store = _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1])
     n_tasks = task_start[n]
-    if n_threads != 2:
-        for task in range(tid * n_tasks // n_threads, (tid + 1) * n_tasks // n_threads):
-            ops.attention_task(task, q, positions, seq_index, tables, k_store, v_store, ints[i, P2], ints[i, P3],
-                               ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], rows, firsts, sizes,
-                               task_start, part_m, part_l, part_o, out)
-        return task_start
-    done = 0  # pieces from either end, as `team_tasks` takes a matmul's middle
+    # pieces shared as a matmul's tasks, none owned: a row's pieces are few and uneven
+    first, count, done = sync.first_share(tid, n_threads, n_tasks, 0)
     while True:
-        _, count = sync.take(state, n_tasks, 1)
-        if count == 0:
-            return task_start
-        first = done if tid == 0 else n_tasks - done - count
         for task in range(first, first + count):
             ops.attention_task(task, q, positions, seq_index, tables, k_store, v_store, ints[i, P2], ints[i, P3],
                                ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], rows, firsts, sizes,
                                task_start, part_m, part_l, part_o, out)
-        done += count
+        first, count, done = sync.next_share(state, tid, n_threads, n_tasks, 0, done, 1)
+        if count == 0:
+            return task_start
 
 
-__all__ = ["run_team", "team_ready", "team_threads", "attention_scratch", "TEAM_LAYERS"]
+__all__ = ["run_team", "team_ready", "team_cores", "team_threads", "attention_scratch", "TEAM_LAYERS"]

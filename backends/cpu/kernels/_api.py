@@ -475,6 +475,15 @@ def _dequantize_tile(code, w, r0, r1, out):
         deq_row(code, w[r0 + i], out[i])
 
 
+@njit(cache=True)
+def check_row_ids(row_ids, n, rows):
+    """Raise IndexError unless row_ids[:n] are all rows of a weight of `rows` rows (token ids
+    of an embedding lookup: a bad one would read past the weight)."""
+    for i in range(n):
+        if row_ids[i] < 0 or row_ids[i] >= rows:
+            raise IndexError("row id out of range")
+
+
 @_par
 def dequantize_rows(code, w, row_ids, out):
     """out[i] = dequantized w[row_ids[i]] (embedding lookup); out float32[len(row_ids), cols]."""
@@ -483,10 +492,7 @@ def dequantize_rows(code, w, row_ids, out):
     n = row_ids.shape[0]
     if out.shape[0] != n:
         raise ValueError("out must have one row per id")
-    rows = w.shape[0]
-    for i in range(n):
-        if row_ids[i] < 0 or row_ids[i] >= rows:
-            raise IndexError("row id out of range")
+    check_row_ids(row_ids, n, w.shape[0])
     for i in prange(n):
         deq_row(code, w[row_ids[i]], out[i])
 

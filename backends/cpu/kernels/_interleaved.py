@@ -24,7 +24,7 @@ from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic, models, register_model
 
-from ..sync import take
+from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, deq_row
@@ -574,12 +574,30 @@ def _tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
 
 
 @njit(cache=True)
+def chunk_tasks(w0, w1, w2):
+    """Tasks of `one_task` per chunk of tokens: GROUPS_PER_TASK row groups of the three weights."""
+    return ((w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+            + (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+            + (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK)
+
+
+@njit(cache=True)
 def count_tasks(w0, w1, w2, X):
     """How many tasks `one_task` numbers for these weights and rows of X."""
+    return (X.shape[0] + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * chunk_tasks(w0, w1, w2)
+
+
+@njit(cache=True)
+def task_weight(k, w0, w1, w2):
+    """(which, first group): the weight (0, 1, 2) task k of a chunk (`one_task`) reads, and the
+    first of its row groups there."""
     n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    if k < n0:
+        return 0, k * GROUPS_PER_TASK
     n1 = (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    n2 = (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    return (X.shape[0] + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * (n0 + n1 + n2)
+    if k < n0 + n1:
+        return 1, (k - n0) * GROUPS_PER_TASK
+    return 2, (k - n0 - n1) * GROUPS_PER_TASK
 
 
 @_exact
@@ -588,57 +606,38 @@ def one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb):
     tokens. Tasks go chunk-major: a thread's run of tasks shares its chunk's tokens."""
     literally(code)
     T = XQ.shape[0]
-    n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    n1 = (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-    n_tasks = n0 + n1 + (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n_tasks = chunk_tasks(w0, w1, w2)
     t0 = c // n_tasks * TOKENS_PER_CHUNK
-    k = c % n_tasks
-    wp, OUT = w0, O0
-    if k >= n0 + n1:
-        wp, OUT, k = w2, O2, k - n0 - n1
-    elif k >= n0:
-        wp, OUT, k = w1, O1, k - n0
-    g0 = k * GROUPS_PER_TASK
+    which, g0 = task_weight(c % n_tasks, w0, w1, w2)
+    wp, OUT = (w0, O0) if which == 0 else (w1, O1) if which == 1 else (w2, O2)
     interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, min(wp.shape[0], g0 + GROUPS_PER_TASK), t0,
                         min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
 
 
+@njit(cache=True)
+def own_tasks(n_tasks):
+    """A matmul's tasks each of two team threads runs from its end before any is shared
+    (`sync.first_share`): a quarter each."""
+    return n_tasks // 4
+
+
 @_exact
 def team_tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state):
-    """`_tasks` for thread `tid` of a team (`backends/cpu/team.py`). Two threads share the tasks
-    from either end: the first quarter is the first thread's and the last quarter the second's,
-    and the middle goes to whichever is ahead, a part at a time (`sync.take`; the first thread
-    going on from the front, the second from the back), so each streams its weights in order
-    and the one whose core is less busy takes more. More threads split them evenly, as Numba's
+    """`_tasks` for thread `tid` of a team (`backends/cpu/team.py`), shared as `sync.first_share`
+    and `sync.next_share` say: two threads from either end (a quarter each, then the middle to
+    whichever is ahead), each streaming its weights in order; more threads evenly, as Numba's
     static schedule. Each task's bits are `_tasks`'s, whichever thread runs it."""
     literally(code)
     XQ, XA = quantize_rows(X)  # each thread its own: one row is ~0.1 us, a barrier more
     n_tasks = count_tasks(w0, w1, w2, X)
-    first = team_first_task(tid, n_threads, n_tasks)
-    if n_threads != 2:
-        for c in range(first, (tid + 1) * n_tasks // n_threads):
-            one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
-        return
-    own = n_tasks // 4
-    for c in range(first, first + own):
-        one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
-    done = own  # the first thread's tasks are 0..done-1, the second's n_tasks-done..n_tasks-1
+    own = own_tasks(n_tasks)
+    first, count, done = first_share(tid, n_threads, n_tasks, own)
     while True:
-        _, count = take(state, n_tasks - 2 * own, 2)
-        if count == 0:
-            return
-        first = done if tid == 0 else n_tasks - done - count
         for c in range(first, first + count):
             one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
-        done += count
-
-
-@njit(cache=True)
-def team_first_task(tid, n_threads, n_tasks):
-    """The task thread `tid` of `team_tasks` runs first (its weights are worth fetching early)."""
-    if n_threads == 2:
-        return 0 if tid == 0 else n_tasks - n_tasks // 4
-    return tid * n_tasks // n_threads
+        first, count, done = next_share(state, tid, n_threads, n_tasks, own, done, 2)
+        if count == 0:
+            return
 
 
 @intrinsic

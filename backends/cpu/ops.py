@@ -12,6 +12,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from llamay_backends.cpu.kernels._simd import (
+    f16_bits,
     vadd,
     vfma_vh,
     vld_f16,
@@ -24,6 +25,7 @@ from llamay_backends.cpu.kernels._simd import (
     vsilu_mul,
     vsplat,
     vst,
+    vst_f16,
     vsub,
     vzero,
 )
@@ -324,13 +326,35 @@ def rope_rotate(x, cos, sin, n_heads, head_dim, n_rot, neox, out):
 
 @_ser
 def _kv_write_rows(k, v, pages, slots, k_store, v_store, t0, t1):
+    # K/V stores of float32, or of float16 viewed as bytes (`_kv_put`)
     for t in range(t0, t1):
-        p = pages[t]
-        s = slots[t]
-        for i in range(k.shape[1]):
-            k_store[p, s, i] = k[t, i]
-        for i in range(v.shape[1]):
-            v_store[p, s, i] = v[t, i]
+        _kv_put(k_store[pages[t], slots[t]], k[t])
+        _kv_put(v_store[pages[t], slots[t]], v[t])
+
+
+def _kv_put(slot, row):  # pragma: no cover - compiled only
+    """In compiled code: one key's or value's row into its slot of a K/V store (`_kv_width`'s
+    kinds): as it is, or as float16 rounded to nearest even, as NumPy's float16 stores round it."""
+
+
+@overload(_kv_put)
+def _kv_put_impl(slot, row):
+    if slot.dtype == types.float32:
+        def put_f32(slot, row):
+            for i in range(row.shape[0]):
+                slot[i] = row[i]
+        return put_f32
+    if slot.dtype == types.uint8:
+        def put_f16(slot, row):
+            n = row.shape[0]
+            for i in range(0, n - 15, 16):
+                vst_f16(slot, 2 * i, vld(row, i))
+            for i in range(n - n % 16, n):
+                h = f16_bits(np.float32(row[i]))
+                slot[2 * i] = h & 0xFF
+                slot[2 * i + 1] = h >> 8
+        return put_f16
+    return None
 
 
 @_rows_par

@@ -6,7 +6,8 @@ of a 6.5 ms token. The plan encodes each step it can as one row of integers and 
 a pass whose sequences all have few rows runs each stretch of encoded steps with a single call
 of `_run`, which calls the kernels the Python steps call, with the same arguments, in the same
 order, so a token gets the same bits on either path (tests compare them). Steps with no encoding
-(inputs, exports, mixtures of experts, f16/vq8 KV pages) stay Python steps between stretches.
+(inputs, exports, mixtures of experts, vq8 KV pages, attention on f16 pages by the scalar kernel)
+stay Python steps between stretches.
 
 `_run` is compiled once per set of matmul kernels a model uses (`kernels.formats_key`), and
 Numba caches it on disk like the kernels. Calls go straight to the compiled entry point: the
@@ -34,15 +35,18 @@ from llamay_core.graph import ops as G
 #              W2/OUT2/V2 and W3/OUT3/V3: the second and third weight of a MULTI (`_fuse`)
 #   RMS_NORM   P0 has a weight, P1 group; floats eps, weight offset
 #   ROPE       P0 angle slot, P1 heads, P2 head dim, P3 rotated dims, P4 neox; floats mscale, freq scale
-#   KV_WRITE   A k, B v, P0 and P1 the layer's K and V pages (ids in `Program.kv`)
-#   ATTENTION  P0, P1 pages, P2 heads, P3 KV heads, P4 key dim, P5 value dim, P6 window, P7 vector
-#              kernel; floats scale, softcap
+#   KV_WRITE   A k, B v, P0 and P1 the layer's K and V pages (ids in `Program.kv`), P2 1 on float16
+#              pages (viewed as bytes)
+#   ATTENTION  P0, P1 pages, P2 heads, P3 KV heads, P4 key dim, P5 value dim, P6 window, P7 kernel
+#              (SCALAR_F32, VEC_F32, VEC_F16: the vector kernel on float16 pages); floats scale, softcap
 #   EMBED      P0 format; float scale. SCALE, SOFTCAP: float factor, cap. COLUMNS: P0 start, P1 width
 OP, SEL, A, B, OUT, W, V, P0, P1, P2, P3, P4, P5, P6, P7, W2, OUT2, V2, W3, OUT3, V3 = range(21)
 N_INTS, N_FLOATS = 21, 2
 # opcodes
 EMBED, RMS_NORM, MATMUL, ADD, MUL, SCALE, ROPE, KV_WRITE, ATTENTION, SILU_MUL, GELU_MUL, SOFTCAP, SELECT, \
     COLUMNS = range(1, 15)
+# attention kernels (P7): `ops._attention_scalar` on float32 pages, `ops._attention_vec` on either
+SCALAR_F32, VEC_F32, VEC_F16 = 0, 1, 2
 
 SERIAL_ROWS = ops.SERIAL_ROWS
 # "0": run every stretch with `_run` (one parallel loop per matmul), never as a team (`team.py`)
@@ -100,6 +104,11 @@ def _f32_1d(table, k):
 @njit(inline="always")
 def _f32_3d(table, k):
     return carray(_address(table[k, 0]), (table[k, 1], table[k, 2], table[k, 3]), np.float32)
+
+
+@njit(inline="always")
+def _u8_3d(table, k):
+    return carray(_address(table[k, 0]), (table[k, 1], table[k, 2], table[k, 3]), np.uint8)
 
 
 @njit(inline="always")
@@ -187,7 +196,11 @@ def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, t
     if op == ATTENTION:
         q = _f32_2d(bufs, ints[i, A])[:n]
         out = _f32_2d(bufs, ints[i, OUT])[:n]
-        if ints[i, P7] != 0:
+        if ints[i, P7] == VEC_F16:
+            ops._attention_vec(q, positions, seq_index, tables, _u8_3d(kv, ints[i, P0]), _u8_3d(kv, ints[i, P1]),
+                               ints[i, P2], ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1],
+                               ints[i, P6], arange[:n], out)
+        elif ints[i, P7] == VEC_F32:
             ops._attention_vec(q, positions, seq_index, tables, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), ints[i, P2],
                                ints[i, P3], ints[i, P4], ints[i, P5], floats[i, 0], floats[i, 1], ints[i, P6],
                                arange[:n], out)
@@ -228,7 +241,10 @@ def _step(op, ints, floats, i, n, few, bufs, weights, vecs, freqs, angles, kv, t
     elif op == KV_WRITE:
         k = _f32_2d(bufs, ints[i, A])[:n]
         v = _f32_2d(bufs, ints[i, B])[:n]
-        ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
+        if ints[i, P2] != 0:
+            ops._kv_write_par(k, v, pages, slots, _u8_3d(kv, ints[i, P0]), _u8_3d(kv, ints[i, P1]))
+        else:
+            ops._kv_write_par(k, v, pages, slots, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]))
     elif op == EMBED:
         out = _f32_2d(bufs, ints[i, OUT])[:n]
         kernels.dequantize_rows(ints[i, P0], _u8_2d(weights, ints[i, W]), tokens, out)
@@ -270,8 +286,12 @@ def local_step(op, ints, floats, i, t0, t1, bufs, weights, vecs, angles, kv, tok
                        ints[i, P2], ints[i, P3], ints[i, P4] != 0, out, t0, t1)
         _rope_mscale(ints, floats, i, out, t0, t1)
     elif op == KV_WRITE:
-        ops._kv_write_rows(_f32_2d(bufs, ints[i, A]), _f32_2d(bufs, ints[i, B]), pages, slots,
-                           _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), t0, t1)
+        if ints[i, P2] != 0:
+            ops._kv_write_rows(_f32_2d(bufs, ints[i, A]), _f32_2d(bufs, ints[i, B]), pages, slots,
+                               _u8_3d(kv, ints[i, P0]), _u8_3d(kv, ints[i, P1]), t0, t1)
+        else:
+            ops._kv_write_rows(_f32_2d(bufs, ints[i, A]), _f32_2d(bufs, ints[i, B]), pages, slots,
+                               _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), t0, t1)
     elif op == EMBED:
         out = _f32_2d(bufs, ints[i, OUT])
         w = _u8_2d(weights, ints[i, W])
@@ -330,7 +350,9 @@ class Program:
         self.vecs = ArrayTable(np.float32, 1)  # norm weights, biases
         self.freqs = ArrayTable(np.float64, 1)  # rope frequencies, one per angle slot
         self.angles = ArrayTable(np.float64, 2)  # a slot's cos and sin, [max_tokens, n_rot / 2] each
-        self.kv = ArrayTable(np.float32, 3)  # f32 K and V pages, per layer
+        # K and V pages per layer: float32, or float16 viewed as bytes (Numba has no float16)
+        self.kv_f16 = plan.store.spec.dtype == "f16"
+        self.kv = ArrayTable(np.uint8 if self.kv_f16 else np.float32, 3)
         self._slots: dict[tuple[bytes, float], int] = {}
         self.segments: list[Any] = []  # (ints, floats) stretches and Python step indices
         self._entry: Any = None
@@ -403,17 +425,21 @@ class Program:
                                                       int(node.mode == "neox"))
             return True
         if isinstance(node, (G.KvWrite, G.Attention)):
-            if plan.store.spec.dtype != "f32":
+            # float16 pages: rounding as NumPy's stores round needs F16C; the scalar attention
+            # kernel reads float32 only (the Python steps gather those pages as float32)
+            vec = node.key_dim % 32 == 0 and node.value_dim % 64 == 0 if isinstance(node, G.Attention) else True
+            if plan.store.spec.dtype not in ("f32", "f16") or self.kv_f16 and not (kernels.HAS_F16C and vec):
                 return False
-            ks, vs = plan.store.layer_arrays(node.layer)[:2]
+            ks, vs = (a.view(np.uint8) if self.kv_f16 else a for a in plan.store.layer_arrays(node.layer)[:2])
             k_id, v_id = self.kv.add(ks), self.kv.add(vs)
             if isinstance(node, G.KvWrite):
-                ints[[OP, A, B, P0, P1]] = (KV_WRITE, self._buf(node.k), self._buf(node.v), k_id, v_id)
+                ints[[OP, A, B, P0, P1, P2]] = (KV_WRITE, self._buf(node.k), self._buf(node.v), k_id, v_id,
+                                                int(self.kv_f16))
                 return True
-            vec = int(not (node.key_dim % 32 != 0 or node.value_dim % 64 != 0))
+            kernel = (VEC_F16 if self.kv_f16 else VEC_F32) if vec else SCALAR_F32
             ints[[OP, A, OUT, P0, P1, P2, P3, P4, P5, P6, P7]] = (
                 ATTENTION, self._buf(node.q), self._buf(node.out), k_id, v_id, node.n_heads, node.n_kv_heads,
-                node.key_dim, node.value_dim, int(node.window), vec)
+                node.key_dim, node.value_dim, int(node.window), kernel)
             floats[:] = (float(node.scale), float(node.softcap))
             return True
         if isinstance(node, G.Embed):
@@ -516,12 +542,11 @@ class Program:
         cores = team.team_cores()
         if os.environ.get(TEAM_ENV, "1") == "0" or team.team_threads(cores) == 0:
             return
-        kv_f32 = self.plan.store.spec.dtype == "f32"
         for k, segment in enumerate(self.segments):
             if isinstance(segment, int):
                 continue
             ints, floats = segment
-            ready = team.team_ready(ints, kv_f32)
+            ready = team.team_ready(ints)
             cuts = [0] + [i for i in range(1, len(ints)) if ready[i] != ready[i - 1]] + [len(ints)]
             # a run of few parallel loops gains nothing from a team (one region either way) and
             # would cost its compile: graphs of one op, as conformance's op cases

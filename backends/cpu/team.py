@@ -31,8 +31,8 @@ import numba
 import numpy as np
 from llamay_backends.cpu import kernels, ops, sync
 from llamay_backends.cpu.program import (A, ATTENTION, EMBED, MATMUL, OP, OUT, OUT2, OUT3, P0, P1, P2, P3, P4, P5, P6,
-                                         P7, ROPE, SEL, SELECT, W, W2, W3, _f32_2d, _f32_3d,
-                                         _f64_1d, _f64_2d, _u8_2d, bias_rows, local_step, select_rows)
+                                         P7, ROPE, SCALAR_F32, SEL, SELECT, VEC_F16, W, W2, W3, _f32_2d,
+                                         _f32_3d, _f64_1d, _f64_2d, _u8_2d, _u8_3d, bias_rows, local_step, select_rows)
 from llamay_backends.cpu.kernels._interleaved import TOKENS_PER_CHUNK, chunk_tasks, own_tasks, task_weight
 from numba import literally, njit, prange
 from numba.np.ufunc.parallel import _launch_threads
@@ -43,14 +43,14 @@ PREFETCH_AHEAD = 32768
 TEAM_LAYERS = ("omp", "workqueue")
 
 
-def team_ready(ints: np.ndarray, kv_f32: bool) -> np.ndarray:
+def team_ready(ints: np.ndarray) -> np.ndarray:
     """Per instruction, whether a team runs it: any op but a matmul of another kind than the
-    interleaved ones (one to three weights) or attention by the scalar kernel or on f16 pages."""
+    interleaved ones (one to three weights) or attention by the scalar kernel."""
     ready = np.ones(len(ints), bool)
     for i, row in enumerate(ints):
         if row[OP] == MATMUL and row[P0] not in (kernels.INTERLEAVED, kernels.MULTI):
             ready[i] = False
-        if row[OP] == ATTENTION and (row[P7] == 0 or not kv_f32):
+        if row[OP] == ATTENTION and row[P7] == SCALAR_F32:
             ready[i] = False
     return ready
 
@@ -221,11 +221,22 @@ def _attention(ints, floats, i, n, bufs, kv, positions, seq_index, tables, arang
                part_l, part_o):
     rows = arange[:n]
     firsts, sizes, task_start = ops.attention_plan(positions, rows, ints[i, P6])
+    if ints[i, P7] == VEC_F16:
+        _pieces(ints, floats, i, n, bufs, _u8_3d(kv, ints[i, P0]), _u8_3d(kv, ints[i, P1]), positions, seq_index,
+                tables, rows, firsts, sizes, task_start, tid, n_threads, state, part_m, part_l, part_o)
+    else:
+        _pieces(ints, floats, i, n, bufs, _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1]), positions, seq_index,
+                tables, rows, firsts, sizes, task_start, tid, n_threads, state, part_m, part_l, part_o)
+    return task_start
+
+
+@njit(cache=True)
+def _pieces(ints, floats, i, n, bufs, k_store, v_store, positions, seq_index, tables, rows, firsts, sizes, task_start,
+            tid, n_threads, state, part_m, part_l, part_o):
+    # pieces shared as a matmul's tasks, none owned: a row's pieces are few and uneven
     q = _f32_2d(bufs, ints[i, A])
     out = _f32_2d(bufs, ints[i, OUT])
-    k_store, v_store = _f32_3d(kv, ints[i, P0]), _f32_3d(kv, ints[i, P1])
     n_tasks = task_start[n]
-    # pieces shared as a matmul's tasks, none owned: a row's pieces are few and uneven
     first, count, done = sync.first_share(tid, n_threads, n_tasks, 0)
     while True:
         for task in range(first, first + count):
@@ -234,7 +245,7 @@ def _attention(ints, floats, i, n, bufs, kv, positions, seq_index, tables, arang
                                task_start, part_m, part_l, part_o, out)
         first, count, done = sync.next_share(state, tid, n_threads, n_tasks, 0, done, 1)
         if count == 0:
-            return task_start
+            return
 
 
 __all__ = ["run_team", "team_ready", "team_cores", "team_threads", "attention_scratch", "TEAM_LAYERS"]

@@ -3,8 +3,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import llamay
+from llamay_backends.cpu import kernels, ops
 from llamay_backends.cpu import program as P
 from llamay_core.engine.forward import SequenceChunk
 from tests.support.family_gguf import write_family_gguf
@@ -56,12 +59,34 @@ def test_decode_through_the_program_has_the_steps_bits(tmp_path, case):
     _decode_alike(compiled, steps, [5, 9, 200, 17, 33], 6)
 
 
-def test_f16_pages_keep_kv_steps_in_python_and_the_same_bits(tmp_path):
-    path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0")
+@pytest.mark.skipif(not kernels.HAS_F16C, reason="float16 pages are compiled only with F16C")
+@pytest.mark.parametrize("head_dim, compiled_attention", [(64, True), (32, False)])
+def test_f16_pages_decode_through_the_program_with_the_steps_bits(tmp_path, head_dim, compiled_attention):
+    # heads the vector kernel takes read float16 pages in place in the program; others keep
+    # attention a Python step (the scalar kernel reads float32), and the writes compiled anyway
+    path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0", head_dim=head_dim)
     compiled, steps = _pair(path, kv="f16")
-    kinds = set(_instructions(compiled)[:, P.OP].tolist())
-    assert P.ATTENTION not in kinds and P.KV_WRITE not in kinds and P.MATMUL in kinds
-    _decode_alike(compiled, steps, [5, 9, 200], 4)
+    ints = _instructions(compiled)
+    assert P.KV_WRITE in ints[:, P.OP] and (ints[ints[:, P.OP] == P.KV_WRITE, P.P2] == 1).all()
+    attention = ints[ints[:, P.OP] == P.ATTENTION]
+    assert (len(attention) > 0) == compiled_attention and (attention[:, P.P7] == P.VEC_F16).all()
+    _decode_alike(compiled, steps, [5, 9, 200] * 12, 6)
+
+
+@pytest.mark.skipif(not kernels.HAS_F16C, reason="float16 pages are compiled only with F16C")
+@given(st.lists(st.floats(-70000.0, 70000.0, width=32) | st.sampled_from(
+    [0.0, -0.0, 6.1e-05, 5.96e-08, 2.98e-08, 1e-9, 65504.0, 65520.0, -65536.0, 0.1, 1.0009765625, 1.00048828125]),
+    min_size=1, max_size=40))
+@settings(max_examples=60, deadline=None)
+def test_f16_page_writes_round_as_numpy_stores(values):
+    # the compiled K/V write (vector lanes, then a scalar tail) against NumPy's float16 store,
+    # ties, subnormals and overflow to inf included
+    row = np.array(values, np.float32)[None, :]
+    pages = np.zeros((2, 4, row.shape[1]), np.float16)
+    ops._kv_write_rows(row, row, np.array([1]), np.array([2]), pages.view(np.uint8), pages.view(np.uint8), 0, 1)
+    with np.errstate(over="ignore"):  # past 65520 both give inf
+        expected = row[0].astype(np.float16)
+    np.testing.assert_array_equal(pages[1, 2].view(np.uint16), expected.view(np.uint16))
 
 
 def test_a_batch_of_sequences_gets_the_same_bits_both_ways(tmp_path):

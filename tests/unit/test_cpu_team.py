@@ -78,21 +78,25 @@ def test_a_matmul_shared_from_either_end_runs_every_task_once(tokens):
             np.testing.assert_array_equal(a, b)
 
 
-def _pair(path, n_ctx: int = 1024):
+def _pair(path, n_ctx: int = 1024, kv: str = "f32"):
     """The same model twice: stretches run as a team, and with one parallel loop per op."""
-    teamed = llamay.load(path, backend="cpu", n_ctx=n_ctx)
-    single = llamay.load(path, backend="cpu", n_ctx=n_ctx)
+    teamed = llamay.load(path, backend="cpu", n_ctx=n_ctx, kv_dtype=kv)
+    single = llamay.load(path, backend="cpu", n_ctx=n_ctx, kv_dtype=kv)
     assert teamed.executable.program._team_entry is not None
     single.executable.program._team_entry = None
     return teamed, single
 
 
-def test_a_team_decodes_past_many_attention_pieces_with_the_decode_alike(tmp_path):
-    # 600 keys: pieces of 64 (past 16 pieces of 32), merged by the thread that owns the row
+@pytest.mark.parametrize("kv", ["f32", "f16"])
+def test_a_team_decodes_past_many_attention_pieces_with_the_decode_alike(tmp_path, kv):
+    # 600 keys: pieces of 64 (past 16 pieces of 32), merged by the thread that owns the row; the
+    # pages float32, or float16 read in place
     _threads_or_skip()
+    if kv == "f16" and not K.HAS_F16C:
+        pytest.skip("float16 pages are compiled only with F16C")
     # heads of 64 for the vector attention kernel; the float output matmul stays with `_run`
     path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q4_0", rope_freqs=True, head_dim=64)
-    teamed, single = _pair(path)
+    teamed, single = _pair(path, kv=kv)
     pieces = [piece for pieces in teamed.executable.program._team_pieces.values() for piece in pieces]
     assert [teamed for _, _, teamed in pieces] == [True, False]
     prompt = [int(t) for t in np.random.default_rng(1).integers(3, 200, 560)]

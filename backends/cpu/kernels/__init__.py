@@ -122,7 +122,7 @@ from .interleaved import pack as interleave  # noqa: E402
 from .interleaved import INT8_PREFILL  # noqa: E402
 from ._q8 import qdot_rows, quantize_q8  # noqa: E402
 from ._rows import XA_ROWS, deq_row, dot_rows, x_sums  # noqa: E402
-from ._simd import FEATURES, HAS_AVX2, HAS_VNNI  # noqa: E402
+from ._simd import FEATURES, HAS_AVX2, HAS_F16C, HAS_VNNI  # noqa: E402
 
 
 def raw_rows(data: np.ndarray, code: int, rows: int | None = None) -> np.ndarray:
@@ -142,7 +142,7 @@ def raw_rows(data: np.ndarray, code: int, rows: int | None = None) -> np.ndarray
 __all__ = [
     "BF16", "F16", "F32", "Q2_K", "Q3_K", "Q4_0", "Q4_1", "Q4_K", "Q5_0", "Q5_1", "Q5_K", "Q6_K", "Q8_0",
     "SUPPORTED_TYPES", "TYPE_CODE", "TYPE_NAME", "type_code", "row_bytes", "row_elems", "raw_rows",
-    "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_VNNI",
+    "matvec", "matvec_float", "matvec_q8", "uses_q8", "FEATURES", "HAS_AVX2", "HAS_F16C", "HAS_VNNI",
     "matmul", "matmul_fused", "matmul_q8", "q8_roundtrip", "grouped_kernel", "matmul_grouped", "dequantize_rows", "dequantize_range",
     "check_row_ids",
     "interleaved_kernel", "can_interleave", "interleave", "INT8_PREFILL",

@@ -440,6 +440,33 @@ def vld_f16(typingctx, w, off):
 
 
 @intrinsic
+def vst_f16(typingctx, w, off, v):
+    """w[off:off+32] = the 16 lanes of v as IEEE halfs, rounded to nearest even (NumPy's
+    float32 to float16), through F16C's vcvtps2ph: callers check HAS_F16C."""
+    if not _is_u8_array(w) or v != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        h = builder.bitcast(builder.fptrunc(args[2], ir.VectorType(ir.HalfType(), LANES)), _vh)
+        builder.store(h, _ptr(context, builder, sig.args[0], args[0], args[1], _vh), align=1)
+        return context.get_dummy_value()
+
+    return types.none(w, off, v), codegen
+
+
+@intrinsic
+def f16_bits(typingctx, x):
+    """x (float32) as IEEE half bits, rounded as `vst_f16` rounds."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), _i16)
+
+    return types.uint16(x), codegen
+
+
+@intrinsic
 def vfma_vh(typingctx, acc, v, w, off):
     """acc + v * (16 halfs at bytes w[off:off+32]), as `vfma_vx` on float16 values."""
     if acc != f32x16 or v != f32x16 or not _is_u8_array(w):

@@ -363,7 +363,8 @@ def _kv_write_par(k, v, pages, slots, k_store, v_store):
         _kv_write_rows(k, v, pages, slots, k_store, v_store, t, t + 1)
 
 
-def kv_write_f32(k, v, pages, slots, k_store, v_store):
+def kv_write(k, v, pages, slots, k_store, v_store):
+    """K and V rows into their pages' slots: float32 pages, or float16 viewed as bytes (`_kv_put`)."""
     if k.shape[0] <= SERIAL_ROWS:
         _kv_write_rows(k, v, pages, slots, k_store, v_store, 0, k.shape[0])
     else:

@@ -17,6 +17,7 @@ import numba
 import numpy as np
 from llamay_backends.cpu import extended, kernels, ops
 from llamay_backends.cpu.program import Program
+from llamay_backends.cpu.segment_attention import segment_attention
 
 from llamay_core.backend_api import Batch
 from llamay_core.graph import ops as G
@@ -180,9 +181,10 @@ class CpuPlan:
             k, v = self._value(node.k), self._value(node.v)
             layer = node.layer
             store = self.store
-            if store.spec.dtype == "f32":
-                ks, vs = store.layer_arrays(layer)[:2]
-                return lambda p: ops.kv_write_f32(k[:count(p)], v[:count(p)], p.pages, p.slots, ks, vs)
+            if store.spec.dtype == "f32" or store.spec.dtype == "f16" and kernels.HAS_F16C:
+                # float16 pages as bytes, rounded as NumPy's stores round (`ops._kv_put`)
+                ks, vs = (a.view(np.uint8) if store.spec.dtype == "f16" else a for a in store.layer_arrays(layer)[:2])
+                return lambda p: ops.kv_write(k[:count(p)], v[:count(p)], p.pages, p.slots, ks, vs)
             return lambda p: store.write(layer, p.pages, p.slots, k[:count(p)], v[:count(p)])
         if isinstance(node, G.Attention):
             return self._attention_step(node)
@@ -317,25 +319,27 @@ class CpuPlan:
             return lambda p: ops.attention_f32(q[:count(p)], p.positions, p.seq_index, p.tables, ks, vs, *args,
                                                out[:count(p)], p.large_segments, p.pool)
         layer = node.layer
-        # f16 pages: a sequence's few rows (decode, drafts) read the pages in place, two bytes a
-        # value (`ops._attention_vec` on the pages viewed as bytes); gathering all of a sequence's
-        # keys as f32 for each layer cost 28 s for 64 tokens at 4,096 keys of smollm2:135m
-        in_place = store.spec.dtype == "f16" and node.key_dim % 32 == 0 and node.value_dim % 64 == 0
-        pages16 = tuple(a.view(np.uint8) for a in store.layer_arrays(layer)[:2]) if in_place else ()
+        if store.spec.dtype == "f16" and node.key_dim % 32 == 0 and node.value_dim % 64 == 0:
+            halfs = store.layer_arrays(layer)[:2]
+            pages16 = tuple(h.view(np.uint8) for h in halfs)
+
+            def attention_f16(p: PassInfo) -> None:
+                # as `ops.attention_f32`: a prefill segment as GEMMs over its keys gathered as f32
+                # (`segment_attention` converts the pages it gathers); every other row (decode,
+                # drafts) reads the pages in place, two bytes a value (`ops._attention_vec` on the
+                # pages viewed as bytes: gathering a sequence's keys as f32 for each layer cost 28 s
+                # for 64 tokens at 4,096 keys of smollm2:135m)
+                for a, b in p.large_segments:
+                    segment_attention(q, p.positions, p.tables[p.seq_index[a]], *halfs, *args, a, b, out, p.pool)
+                rows = p.small_rows if p.large_segments else np.arange(count(p), dtype=np.int64)
+                if len(rows):
+                    ops._attention_vec(q, p.positions, p.seq_index, p.tables, *pages16, *args, rows, out)
+            return attention_f16
 
         def attention_dequantizing(p: PassInfo) -> None:
-            # vq8 pages, and f16 sequences of many rows: gather each sequence as f32 once per
-            # layer, then the same kernel
-            if in_place and len(p.seq_index) <= GROUPED_MAX_ROWS:  # decode: every row in place
-                ops._attention_vec(q, p.positions, p.seq_index, p.tables, *pages16, *args,
-                                   np.arange(len(p.seq_index), dtype=np.int64), out)
-                return
-            seqs, inverse, counts = np.unique(p.seq_index, return_inverse=True, return_counts=True)
-            if in_place:
-                few = np.nonzero(counts[inverse] <= GROUPED_MAX_ROWS)[0].astype(np.int64)
-                if len(few):
-                    ops._attention_vec(q, p.positions, p.seq_index, p.tables, *pages16, *args, few, out)
-                seqs = seqs[counts > GROUPED_MAX_ROWS]
+            # vq8 pages, and f16 pages of heads the vector kernel cannot take: gather each
+            # sequence as f32 once per layer, then the float32 path
+            seqs = np.unique(p.seq_index)
             for s in seqs:
                 idx = np.nonzero(p.seq_index == s)[0]
                 length = int(p.positions[idx].max()) + 1

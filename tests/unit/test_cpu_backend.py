@@ -9,6 +9,7 @@ import llamay
 from llamay_core.engine.forward import SequenceChunk
 from llamay_core.engine.kv_pages import SequenceKV
 from llamay_core.errors import BackendError
+from tests.support.family_gguf import write_family_gguf
 from tests.support.tiny_gguf import write_tiny_llama
 
 IDS = [5, 70, 80, 90, 100, 33, 12, 250, 7, 9, 11, 13, 200, 201, 202, 17, 18, 19, 20, 40, 41, 42]
@@ -41,6 +42,22 @@ def test_kv_dtypes_match_reference(tiny_model_path, kv, float_decode):
     a.extend(IDS[:10])
     b.extend(IDS[:10])
     assert nmse(b.extend(IDS[10:13]), a.extend(IDS[10:13])) < 1e-8
+
+
+def test_f16_pages_under_prompts_and_mixed_batches_match_reference(tmp_path, float_decode):
+    # heads of 64: a prompt of 40 rows goes as a segment of GEMMs over its pages gathered as f32,
+    # a batch's short sequence reads its float16 pages in place beside a long one
+    path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0", head_dim=64)
+    results = []
+    for backend in ("reference", "cpu"):
+        model = llamay.load(path, backend=backend, n_ctx=128, kv_dtype="f16")
+        long, short = model.context(), model.context()
+        first = long.extend(IDS * 2)[None, :]
+        short.extend(IDS[:5])
+        chunks = [SequenceChunk(long.seq, IDS[:20], all_logits=True), SequenceChunk(short.seq, IDS[5:8], all_logits=True)]
+        results.append([first, *model.forward.run_many(chunks)])
+    for cpu, ref in zip(results[1], results[0]):
+        assert nmse(cpu, ref) < 1e-8
 
 
 @pytest.mark.parametrize("weight_type", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0])

@@ -24,10 +24,12 @@ def header_lines(cond: dict[str, Any]) -> list[str]:
 def markdown(cond: dict[str, Any], samples: list[Sample], extra_lines: list[str]) -> str:
     rows = [("phase", "rate", "best", "note")]
     for s in samples:
+        # a depth (`-d`) names its rows: "decode @d1000"
+        at = f" @d{s.test.rsplit('@d', 1)[1]}" if "@d" in s.test else ""
         if s.phase in RATE_PHASES:
-            rows.append((s.phase if s.phase != "sweep" else s.test, f"{s.rate:.1f} tok/s", fmt_seconds(s.best), s.note))
+            rows.append((s.phase + at if s.phase != "sweep" else s.test, f"{s.rate:.1f} tok/s", fmt_seconds(s.best), s.note))
         elif s.phase == "ttft":
-            rows.append(("ttft", fmt_seconds(s.best), "", s.note))
+            rows.append(("ttft" + at, fmt_seconds(s.best), "", s.note))
         else:
             rows.append((s.test, fmt_seconds(s.best), "", s.note))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

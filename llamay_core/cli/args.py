@@ -170,6 +170,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def depth_list(text: str) -> list[int]:
+    """Comma-separated numbers >= 0 (`llamay bench -d 0,1000,4096`, as llama-bench's -d): each
+    once, in the order given."""
+    depths: list[int] = []
+    for part in text.split(","):
+        value = non_negative_int(part.strip())
+        if value not in depths:
+            depths.append(value)
+    return depths
+
+
 def tcp_port(text: str) -> int:
     """A TCP port: 0 (any free one) to 65535."""
     value = non_negative_int(text)

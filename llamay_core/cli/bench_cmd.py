@@ -7,7 +7,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from llamay_core.cli.args import backend_flag, flag, kv_flag, model_flag, non_negative_int, positive_int
+from llamay_core.cli.args import backend_flag, depth_list, flag, kv_flag, model_flag, non_negative_int, positive_int
 from llamay_core.engine.pass_size import DEFAULT_UBATCH
 
 
@@ -21,7 +21,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     flag(p, "ubatch", "-ub", type=positive_int, default=DEFAULT_UBATCH, help="prefill tile width")
     flag(p, "o", default="md", choices=["md", "json", "jsonl", "csv", "sql"], help="output format")
     flag(p, "pg", default=None, help="P,G: a P-token prompt then G generated tokens, timed together")
-    flag(p, "d", "-depth", type=non_negative_int, default=0, help="measure with DEPTH tokens already cached")
+    flag(p, "d", "-depth", type=depth_list, default=[0],
+         help="measure with DEPTH tokens already cached; a comma list (0,1000,4096) measures each")
     flag(p, "sweep", nargs="?", const="ub", choices=["ub", "prompt"], default=None,
          help="prefill across tile widths (-sweep or -sweep ub) or prompt lengths up to -prompt (-sweep prompt)")
     flag(p, "plot", default=None, metavar="FILE.png", help="draw the -sweep as a PNG (needs llamay[plot])")
@@ -74,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     if args.sweep and not args.prompt:
         raise UsageError("-sweep measures prefill: it needs -prompt N > 0")
     threads = args.threads or default_threads()
-    n_ctx = max(args.prompt + args.d, args.d + args.gen + 1, (pg[0] + pg[1]) if pg else 0, 256) + 16
+    deepest = max(args.d)
+    n_ctx = max(args.prompt + deepest, deepest + args.gen + 1, (pg[0] + pg[1]) if pg else 0, 256) + 16
     t0 = time.perf_counter()
     PROGRESS.info("loading %s", args.model or DEFAULT_MODEL)
     m = llamay.load(args.model or DEFAULT_MODEL, backend=args.backend, n_ctx=n_ctx, kv_dtype=args.kv,
@@ -86,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
 
     widths = [w for w in (32, 64, 128, 256, 512) if w <= max(args.prompt, 32)] if args.sweep == "ub" else []
     lengths = sweep_lengths(args.prompt) if args.sweep == "prompt" else []
-    steps = args.reps * (bool(args.prompt) + bool(args.gen) + bool(pg) + len(widths) + len(lengths))
+    steps = args.reps * (len(args.d) * (bool(args.prompt) + bool(args.gen)) + bool(pg) + len(widths) + len(lengths))
     bar = progress_bar(steps, "bench", unit="run")
     progress = repetition_progress(bar, args.progress)
     if args.spec:
@@ -100,14 +102,17 @@ def run(args: argparse.Namespace) -> int:
     warmup_seconds = time.perf_counter() - warm_t0
 
     samples: list[Sample] = []
-    prefill = None
-    if args.prompt:
-        prefill = bench.prefill(args.prompt, depth=args.d)
-        samples.append(prefill)
-    if args.gen:
-        samples.append(bench.decode(args.gen, depth=args.d))
-    if prefill is not None:
-        samples.append(Sample("ttft", "ttft", args.prompt, seconds=list(prefill.seconds), note="time to first token"))
+    prefills: list[Sample] = []
+    for depth in args.d:  # as llama-bench: each depth's prompt, then its decode
+        if args.prompt:
+            prefills.append(bench.prefill(args.prompt, depth=depth))
+            samples.append(prefills[-1])
+        if args.gen:
+            samples.append(bench.decode(args.gen, depth=depth))
+    for depth, pp in zip(args.d, prefills):
+        samples.append(Sample("ttft" + (f"@d{depth}" if depth else ""), "ttft", args.prompt, seconds=list(pp.seconds),
+                              note="time to first token"))
+    prefill = prefills[0] if prefills else None
     if pg:
         samples.append(bench.prompt_then_generate(*pg))
     if widths:
@@ -138,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
         "matmul": describe.get("matmul", m.backend_name), "gemm": describe.get("gemm", "numpy blas"),
         "repack": describe.get("repack", "off"), "kv_dtype": m.kv_spec.dtype,
         "kv_bytes_per_token": m.kv_spec.bytes_per_token(), "weights_mib": info["weights_bytes"] / 2**20,
-        "n_ctx": info["context_length"], "n_prompt": args.prompt, "n_gen": args.gen, "n_depth": args.d,
+        "n_ctx": info["context_length"], "n_prompt": args.prompt, "n_gen": args.gen,
+        "n_depth": args.d[0] if len(args.d) == 1 else ",".join(map(str, args.d)),
         "ubatch": m.forward.ubatch, "reps": args.reps, "test_time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     formatter = FORMATS[args.o]

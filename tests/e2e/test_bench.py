@@ -16,13 +16,14 @@ SMALL = ["-backend", "cpu", "-prompt", "32", "-gen", "4", "-reps", "1"]
 
 
 def test_table_has_the_seed_rows(smollm_path):
-    proc = llamay_cli("bench", "-m", str(smollm_path), *SMALL, "-forks", "2", "-pg", "16,4", "-d", "16")
+    proc = llamay_cli("bench", "-m", str(smollm_path), *SMALL, "-forks", "2", "-pg", "16,4", "-d", "0,16")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("llamay ") and " · llama · " in lines[0] and "kv f32" in lines[0]
     assert lines[1].startswith("weights ") and "prompt 32 · generate 4" in lines[1]
     text = proc.stdout
-    for row in ("phase", "prefill", "decode", "ttft", "fork x2", "snapshot", "restore", "pg"):
+    for row in ("phase", "prefill ", "decode ", "ttft ", "prefill @d16", "decode @d16", "ttft @d16", "fork x2",
+                "snapshot", "restore", "pg"):
         assert f"\n{row}" in text, row
     assert "0 pages allocated" in text
     assert "Restoring a 32-token context is" in text

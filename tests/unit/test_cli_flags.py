@@ -65,6 +65,8 @@ def test_llama_cpp_aliases_share_one_meaning(parser):
     (["-m", "smollm2", "-p", "hi"], "a command comes first, e.g. llamay run -m smollm2 -p hi"),
     (["run", "-hff", "x.gguf", "-p", "hi"], "-hff FILE needs the repository too"),
     (["serve", "-port", "70000"], "expected a port from 0 to 65535, got 70000"),
+    (["bench", "-d", "0,x"], "expected a whole number, got 'x'"),
+    (["bench", "-d", "100,-5"], "expected a number >= 0, got -5"),
 ])
 def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -72,6 +74,12 @@ def test_bad_flags_are_one_line_with_a_suggestion(argv, words, capsys):
     err = capsys.readouterr().err
     assert exit_.value.code == 2
     assert len(err.strip().splitlines()) == 1 and words in err, err
+
+
+def test_bench_depths_are_a_list_as_llama_bench_takes_them(parser):
+    assert parse(parser, "bench").d == [0]
+    assert parse(parser, "bench", "-d", "4096").d == [4096]
+    assert parse(parser, "bench", "-d", "0, 1000,4096,1000").d == [0, 1000, 4096]  # each once, in order
 
 
 def test_an_address_that_cannot_be_listened_on_is_a_usage_error():

@@ -10,8 +10,11 @@ The report names the CPU model and its SIMD flags, the kernel level llamay compi
 (`LLAMAY_CPU_ISA=avx2` forces the AVX2-only build) and its decode activations, and for each
 llama-bench binary the CPU it reported and the GGML_* options of its build.
 
+`-d N` measures both with N tokens already in the context (llama-bench's -d); `-kv f16` gives
+llamay llama.cpp's default KV dtype (llamay's default is f32).
+
 Usage: python benchmarks/llama_cpp_side_by_side.py -m smollm2:135m [-prompt 512] [-gen 128]
-       [-reps 3] [-t 2] [-llama-bench PATH ...] [-no-python]
+       [-reps 3] [-t 2] [-d 0] [-kv f32] [-llama-bench PATH ...] [-no-python]
 """
 from __future__ import annotations
 
@@ -41,28 +44,31 @@ def machine() -> dict:
     return {"cpu": model, "flags": [f for f in SIMD_FLAGS if f in flags]}
 
 
-def llamay_rates(model: str, n_prompt: int, n_gen: int) -> tuple[float, float, dict]:
+def llamay_rates(model: str, n_prompt: int, n_gen: int, depth: int, kv: str) -> tuple[float, float, dict]:
     import llamay
     from llamay_core.bench.measure import Bench
 
-    m = llamay.load(model, backend="cpu", n_ctx=n_prompt + n_gen + 32, n_seq=2)
+    m = llamay.load(model, backend="cpu", n_ctx=depth + n_prompt + n_gen + 32, n_seq=2, kv_dtype=kv)
     bench = Bench(m, reps=1)
-    return bench.prefill(n_prompt).rate, bench.decode(n_gen).rate, m.backend.describe()
+    return bench.prefill(n_prompt, depth=depth).rate, bench.decode(n_gen, depth=depth).rate, m.backend.describe()
 
 
-def llama_cpp_python_rates(path: str, n_prompt: int, n_gen: int, threads: int) -> tuple[float, float]:
+def llama_cpp_python_rates(path: str, n_prompt: int, n_gen: int, threads: int, depth: int) -> tuple[float, float]:
     from llama_cpp import Llama
 
-    llm = Llama(model_path=path, n_ctx=n_prompt + n_gen + 32, n_batch=512, n_ubatch=512, n_threads=threads,
+    llm = Llama(model_path=path, n_ctx=depth + n_prompt + n_gen + 32, n_batch=512, n_ubatch=512, n_threads=threads,
                 n_threads_batch=threads, verbose=False)
     rng = np.random.default_rng(99)
+    cached = [int(t) for t in rng.integers(100, llm.n_vocab() - 100, size=depth)]
     prompt = [int(t) for t in rng.integers(100, llm.n_vocab() - 100, size=n_prompt)]
     llm.reset()
+    if cached:
+        llm.eval(cached)
     t0 = time.perf_counter()
     llm.eval(prompt)
     pp = n_prompt / (time.perf_counter() - t0)
     llm.reset()
-    llm.eval([prompt[0]])
+    llm.eval(cached + [prompt[0]])
     t0 = time.perf_counter()
     token = prompt[1]
     for _ in range(n_gen):
@@ -72,9 +78,12 @@ def llama_cpp_python_rates(path: str, n_prompt: int, n_gen: int, threads: int) -
     return pp, tg
 
 
-def llama_bench_rates(binary: str, path: str, n_prompt: int, n_gen: int, threads: int) -> tuple[float, float, dict]:
+def llama_bench_rates(binary: str, path: str, n_prompt: int, n_gen: int, threads: int,
+                      depth: int) -> tuple[float, float, dict]:
     """pp and tg tok/s from one `llama-bench -r 1` run, and what it says about itself."""
     cmd = [binary, "-m", path, "-p", str(n_prompt), "-n", str(n_gen), "-t", str(threads), "-r", "1", "-o", "json"]
+    if depth:
+        cmd += ["-d", str(depth)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
         raise SystemExit(f"{binary} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
@@ -101,6 +110,13 @@ def build_options(binary: str) -> dict:
     return {}
 
 
+def _depth(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a depth of at least 0, got {text}")
+    return value
+
+
 def _positive(text: str) -> int:
     # both tests run (pp and tg): a 0 would leave one without tokens to time
     value = int(text)
@@ -116,6 +132,8 @@ def main() -> None:
     parser.add_argument("-gen", type=_positive, default=128)
     parser.add_argument("-reps", type=int, default=3)
     parser.add_argument("-t", type=int, default=2)
+    parser.add_argument("-d", type=_depth, default=0, help="tokens already in the context (llama-bench's -d)")
+    parser.add_argument("-kv", choices=["f32", "f16"], default="f32", help="llamay's KV dtype (llama.cpp: f16)")
     parser.add_argument("-llama-bench", dest="llama_bench", action="append", default=[],
                         help="a llama-bench binary to run too (repeatable)")
     parser.add_argument("-no-python", dest="no_python", action="store_true", help="skip llama-cpp-python")
@@ -133,22 +151,25 @@ def main() -> None:
             use_python = False
             print("llama-cpp-python is not installed here: skipped")
     for _ in range(args.reps):
-        pp, tg, notes["llamay cpu"] = llamay_rates(args.m, args.prompt, args.gen)
+        pp, tg, notes["llamay cpu"] = llamay_rates(args.m, args.prompt, args.gen, args.d, args.kv)
         engines["llamay cpu"].append((pp, tg))
         for binary in args.llama_bench:
-            pp, tg, notes[binary] = llama_bench_rates(binary, path, args.prompt, args.gen, args.t)
+            pp, tg, notes[binary] = llama_bench_rates(binary, path, args.prompt, args.gen, args.t, args.d)
             engines.setdefault(binary, []).append((pp, tg))
         if use_python:
-            engines.setdefault("llama-cpp-python", []).append(llama_cpp_python_rates(path, args.prompt, args.gen, args.t))
+            engines.setdefault("llama-cpp-python", []).append(
+                llama_cpp_python_rates(path, args.prompt, args.gen, args.t, args.d))
     host = machine()
-    print(f"{args.m}: best of {args.reps}, {args.t} threads, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"{args.m}: best of {args.reps}, {args.t} threads, llamay KV {args.kv}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {host['cpu']}; flags: {' '.join(host['flags'])}")
     for name, note in notes.items():
         print(f"{name}: {json.dumps(note)}")
     ours = engines["llamay cpu"]
-    for i, test in enumerate((f"pp{args.prompt}", f"tg{args.gen}")):
+    at = f"@d{args.d}" if args.d else ""
+    for i, test in enumerate((f"pp{args.prompt}{at}", f"tg{args.gen}{at}")):
         a = max(r[i] for r in ours)
-        line = f"{test:>7}  llamay cpu {a:8.1f} tok/s"
+        line = f"{test:>12}  llamay cpu {a:8.1f} tok/s"
         for name, rows in engines.items():
             if name != "llamay cpu":
                 b = max(r[i] for r in rows)

@@ -129,6 +129,17 @@ class CpuPlan:
         self.buffers[name] = buf
         return buf
 
+    def kv_pages(self, layer: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The layer's K and V pages as the compiled K/V writes take them: float32 as they are,
+        float16 viewed as bytes where F16C rounds the writes as NumPy's stores round; None for
+        other pages (vq8, float16 without F16C), which `HostPageStore.write` writes."""
+        arrays = self.store.layer_arrays(layer)[:2]
+        if self.store.spec.dtype == "f32":
+            return arrays[0], arrays[1]
+        if self.store.spec.dtype == "f16" and kernels.HAS_F16C:
+            return arrays[0].view(np.uint8), arrays[1].view(np.uint8)
+        return None
+
     def _value(self, name: str) -> np.ndarray:
         return self.buffers[name]
 
@@ -181,9 +192,9 @@ class CpuPlan:
             k, v = self._value(node.k), self._value(node.v)
             layer = node.layer
             store = self.store
-            if store.spec.dtype == "f32" or store.spec.dtype == "f16" and kernels.HAS_F16C:
-                # float16 pages as bytes, rounded as NumPy's stores round (`ops._kv_put`)
-                ks, vs = (a.view(np.uint8) if store.spec.dtype == "f16" else a for a in store.layer_arrays(layer)[:2])
+            pages = self.kv_pages(layer)
+            if pages is not None:
+                ks, vs = pages
                 return lambda p: ops.kv_write(k[:count(p)], v[:count(p)], p.pages, p.slots, ks, vs)
             return lambda p: store.write(layer, p.pages, p.slots, k[:count(p)], v[:count(p)])
         if isinstance(node, G.Attention):

@@ -425,13 +425,13 @@ class Program:
                                                       int(node.mode == "neox"))
             return True
         if isinstance(node, (G.KvWrite, G.Attention)):
-            # float16 pages: rounding as NumPy's stores round needs F16C; the scalar attention
-            # kernel reads float32 only (the Python steps gather those pages as float32)
+            # the scalar attention kernel reads float32 pages only (the Python steps gather
+            # float16 ones as float32)
             vec = node.key_dim % 32 == 0 and node.value_dim % 64 == 0 if isinstance(node, G.Attention) else True
-            if plan.store.spec.dtype not in ("f32", "f16") or self.kv_f16 and not (kernels.HAS_F16C and vec):
+            pages = plan.kv_pages(node.layer)
+            if pages is None or self.kv_f16 and not vec:
                 return False
-            ks, vs = (a.view(np.uint8) if self.kv_f16 else a for a in plan.store.layer_arrays(node.layer)[:2])
-            k_id, v_id = self.kv.add(ks), self.kv.add(vs)
+            k_id, v_id = self.kv.add(pages[0]), self.kv.add(pages[1])
             if isinstance(node, G.KvWrite):
                 ints[[OP, A, B, P0, P1, P2]] = (KV_WRITE, self._buf(node.k), self._buf(node.v), k_id, v_id,
                                                 int(self.kv_f16))

@@ -154,21 +154,21 @@ def next_share(state, tid, n_threads, n_tasks, own, done, least):
     TAKEN, 0)`) once every thread is past its last call, before the next shared op."""
     if n_threads != 2:
         return 0, 0, done
-    _, count = take(state, n_tasks - 2 * own, least)
+    count = take(state, n_tasks - 2 * own, least)
     first = done if tid == 0 else n_tasks - done - count
     return first, count, done + count
 
 
 @njit(cache=True)
 def take(state, n_tasks, least):
-    """(first, count): the next tasks of `n_tasks` shared by two threads, one quarter of those
-    left (at least `least`) at a time, numbered in the order taken; count 0 when none is left.
+    """How many of the next tasks of `n_tasks` shared by two threads the caller takes: one
+    quarter of those left (at least `least`), 0 when none is left.
     Large first takes keep the shared counter's traffic to a few transfers; the small last ones
     let the thread that is ahead take more. Reset with `store(state, TAKEN, 0)` between uses."""
     while True:
         taken = load(state, TAKEN)
         if taken >= n_tasks:
-            return taken, 0
+            return 0
         count = min(n_tasks - taken, max(least, (n_tasks - taken) // 4))
         if compare_exchange(state, TAKEN, taken, taken + count):
-            return taken, count
+            return count

@@ -33,7 +33,7 @@ from llamay_backends.cpu import kernels, ops, sync
 from llamay_backends.cpu.program import (A, ATTENTION, EMBED, MATMUL, OP, OUT, OUT2, OUT3, P0, P1, P2, P3, P4, P5, P6,
                                          P7, ROPE, SCALAR_F32, SEL, SELECT, VEC_F16, W, W2, W3, _f32_2d,
                                          _f32_3d, _f64_1d, _f64_2d, _u8_2d, _u8_3d, bias_rows, local_step, select_rows)
-from llamay_backends.cpu.kernels._interleaved import TOKENS_PER_CHUNK, chunk_tasks, own_tasks, task_weight
+from llamay_backends.cpu.kernels._interleaved import chunk_tasks, count_tasks, own_tasks, task_weight
 from numba import literally, njit, prange
 from numba.np.ufunc.parallel import _launch_threads
 
@@ -180,10 +180,9 @@ def _meet(formats, ints, i, n, weights, state, tid, n_threads):
         sync.barrier(state, n_threads, np.empty(0, np.uint8), 0, 0)
         return
     w0, w1, w2 = _weights(ints, j, weights)
-    per_chunk = chunk_tasks(w0, w1, w2)
-    n_tasks = (n + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * per_chunk  # `count_tasks`
+    n_tasks = count_tasks(w0, w1, w2, n)
     first, _, _ = sync.first_share(tid, n_threads, n_tasks, own_tasks(n_tasks))
-    which, g0 = task_weight(first % per_chunk, w0, w1, w2)
+    which, g0 = task_weight(first % chunk_tasks(w0, w1, w2), w0, w1, w2)
     wp = w0 if which == 0 else w1 if which == 1 else w2
     flat = wp.reshape(wp.size)
     start = g0 * wp.shape[1]

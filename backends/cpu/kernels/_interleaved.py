@@ -568,33 +568,37 @@ def _tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
     # ones (shape (0, _): no task). A token's rows get the same bits in any of these calls.
     literally(code)
     XQ, XA = quantize_rows(X)
-    n_tasks = count_tasks(w0, w1, w2, X)
+    n_tasks = count_tasks(w0, w1, w2, X.shape[0])
     for c in prange(n_tasks):
         one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(inline="always")
+def _weight_tasks(w):
+    # one weight's tasks per chunk of tokens: its row groups, GROUPS_PER_TASK at a time
+    return (w.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
 
 
 @njit(cache=True)
 def chunk_tasks(w0, w1, w2):
     """Tasks of `one_task` per chunk of tokens: GROUPS_PER_TASK row groups of the three weights."""
-    return ((w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-            + (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
-            + (w2.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK)
+    return _weight_tasks(w0) + _weight_tasks(w1) + _weight_tasks(w2)
 
 
 @njit(cache=True)
-def count_tasks(w0, w1, w2, X):
-    """How many tasks `one_task` numbers for these weights and rows of X."""
-    return (X.shape[0] + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * chunk_tasks(w0, w1, w2)
+def count_tasks(w0, w1, w2, n_rows):
+    """How many tasks `one_task` numbers for these weights and `n_rows` rows of X."""
+    return (n_rows + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * chunk_tasks(w0, w1, w2)
 
 
 @njit(cache=True)
 def task_weight(k, w0, w1, w2):
     """(which, first group): the weight (0, 1, 2) task k of a chunk (`one_task`) reads, and the
     first of its row groups there."""
-    n0 = (w0.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n0 = _weight_tasks(w0)
     if k < n0:
         return 0, k * GROUPS_PER_TASK
-    n1 = (w1.shape[0] + GROUPS_PER_TASK - 1) // GROUPS_PER_TASK
+    n1 = _weight_tasks(w1)
     if k < n0 + n1:
         return 1, (k - n0) * GROUPS_PER_TASK
     return 2, (k - n0 - n1) * GROUPS_PER_TASK
@@ -629,7 +633,7 @@ def team_tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, 
     static schedule. Each task's bits are `_tasks`'s, whichever thread runs it."""
     literally(code)
     XQ, XA = quantize_rows(X)  # each thread its own: one row is ~0.1 us, a barrier more
-    n_tasks = count_tasks(w0, w1, w2, X)
+    n_tasks = count_tasks(w0, w1, w2, X.shape[0])
     own = own_tasks(n_tasks)
     first, count, done = first_share(tid, n_threads, n_tasks, own)
     while True:

@@ -78,7 +78,7 @@ def test_interleaved_int8_is_batch_invariant(name):
         assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32)), part
 
 
-@pytest.mark.parametrize("name", ["Q4_1", "Q5_1", "Q4_K", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q4_K", "Q6_K", "Q8_0"])
 def test_a_prompt_gets_decode_bits_across_chunks_and_four_token_blocks(name):
     # 70 tokens: two chunks of TOKENS_PER_CHUNK, four-token blocks and single tokens at other
     # offsets in each split; every row equals that token computed alone

@@ -5,10 +5,11 @@ Prints measured bandwidth (one thread, and every core) and GFLOP/s, then for eac
 decode floor (the weight bytes a token reads / the highest bandwidth) and prefill floor (2 x
 parameters flops per token / matmul rate).
 
-Bandwidth is read two ways: NumPy's float32 sum, and a compiled 16-lane read (`simd_read`).
-NumPy's sum is not a pure stream (its pairwise adds cost more than the loads: 26 GB/s on one
-core where the compiled read gets 35, 35-37 on two where it gets 61, AMD EPYC, 2026-12-05), so a
-floor from it alone is too low and makes decode look closer to it than it is.
+Bandwidth is read two ways: NumPy's float32 sum, and a compiled 16-lane read (`simd_read_gbs`).
+NumPy's sum is not a pure stream (its pairwise adds cost more than the loads: on one core it
+read 25.6-26.2 GB/s where the compiled read got 35.2-36.6, AMD EPYC, 2026-12-05), and the host's
+bandwidth swings minutes apart (the compiled read on two cores: 33-61 GB/s that morning), so the
+floor takes the highest figure of this run; measure it next to the decode it is compared with.
 """
 from __future__ import annotations
 

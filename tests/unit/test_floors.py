@@ -2,21 +2,15 @@
 compiled read that measures bandwidth (its denominator)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import attrs
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "floors.py"
+from tests.support.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def floors():
-    spec = importlib.util.spec_from_file_location("floors", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("floors")
 
 
 @attrs.define

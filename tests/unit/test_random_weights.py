@@ -2,23 +2,17 @@
 (what a GPU machine that cannot carry the real file runs conformance and bench on)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "random_weights.py"
+from tests.support.benchmark_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def rw():
-    spec = importlib.util.spec_from_file_location("random_weights", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("random_weights")
 
 
 def test_fill_gives_the_same_tensors_and_metadata_and_a_working_model(rw, tiny_model_path, tmp_path):

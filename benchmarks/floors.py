@@ -17,6 +17,7 @@ import argparse
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 
@@ -42,7 +43,7 @@ def bandwidth_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
 
 
 def simd_read_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
-    """GB/s reading 1 GiB of float32 with 16-lane loads, `threads` parts in parallel."""
+    """GB/s reading n_bytes of float32 with 16-lane loads, in `threads` parts at once."""
     import numba
 
     from llamay_backends.cpu.kernels._simd import vadd, vhsum, vld, vzero
@@ -66,14 +67,27 @@ def simd_read_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
     return n_bytes / best_of(lambda: read(a, threads)) / 1e9
 
 
-def token_bytes(tensors: dict) -> int:
-    """Bytes of weights one decode token reads: every tensor, but of an embedding table that is
-    not also the output matrix (an output.weight exists) only the token's row."""
-    total = sum(t.n_bytes for t in tensors.values())
+def _lookup_only(tensors: dict) -> Any:
+    # an embedding table that is not also the output matrix (an output.weight exists): a token
+    # reads one row of it and multiplies nothing by it
     embd = tensors.get("token_embd.weight")
-    if embd is not None and "output.weight" in tensors:
+    return embd if embd is not None and "output.weight" in tensors else None
+
+
+def token_bytes(tensors: dict) -> int:
+    """Bytes of weights one decode token reads: every tensor, but only the token's row of an
+    embedding table that is not also the output matrix."""
+    total = sum(t.n_bytes for t in tensors.values())
+    embd = _lookup_only(tensors)
+    if embd is not None:
         total -= embd.n_bytes - embd.n_bytes // max(int(embd.shape[0]), 1)  # shape: rows, columns
     return total
+
+
+def matrix_params(tensors: dict) -> int:
+    """Parameters a token multiplies by: every matrix but a lookup-only embedding table."""
+    embd = _lookup_only(tensors)
+    return sum(t.n_elements for t in tensors.values() if len(t.shape) == 2 and t is not embd)
 
 
 def matmul_gflops(n: int = 2048) -> float:
@@ -99,9 +113,7 @@ def main() -> None:
 
     for spec in args.m:
         g = open_gguf(resolve_model(spec))
-        weights = token_bytes(g.tensors)
-        # the tied/untied output matrix is read once per token like every other matrix
-        params = sum(t.n_elements for t in g.tensors.values() if len(t.shape) == 2)
+        weights, params = token_bytes(g.tensors), matrix_params(g.tensors)
         print(f"{spec}: {weights / 2**20:.1f} MiB of weights a token reads, {params / 1e6:.1f} M matrix parameters; "
               f"decode floor {bw * 1e9 / weights:.0f} tok/s, prefill floor {gf * 1e9 / (2 * params):.0f} tok/s")
 

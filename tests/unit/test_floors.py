@@ -13,10 +13,14 @@ def floors():
     return load_script("floors")
 
 
-@attrs.define
+@attrs.define(eq=False)
 class Tensor:
     shape: tuple[int, ...]
     n_bytes: int
+
+    @property
+    def n_elements(self) -> int:
+        return self.shape[0] * self.shape[1]
 
 
 def test_a_tied_embedding_table_is_read_whole_an_untied_one_a_row_a_token(floors):
@@ -26,6 +30,9 @@ def test_a_tied_embedding_table_is_read_whole_an_untied_one_a_row_a_token(floors
     assert floors.token_bytes(tied) == embd.n_bytes + layer.n_bytes  # it is the output matrix too
     untied = dict(tied, **{"output.weight": Tensor((1000, 64), 1000 * 34)})
     assert floors.token_bytes(untied) == 72 + layer.n_bytes + 1000 * 34
+    # and it multiplies nothing: prefill's flops count the output matrix, not the table
+    assert floors.matrix_params(tied) == 1000 * 64 + 64 * 64
+    assert floors.matrix_params(untied) == 64 * 64 + 1000 * 64
 
 
 def test_the_compiled_read_reports_a_rate(floors):

@@ -325,7 +325,7 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
 def _paired_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, e):
     # `_eight_steps`' sums (the same integers: any order is exact) in two chains of two dots a
     # half, not one of four: a 4-bit block alone has few instructions a step and waited on the
-    # dots' latency (one token, Q4_1: 5-7% less time a block, smollm2's decode 2-6% faster);
+    # dots' latency (one token, Q4_1: 5-7% less time a block, smollm2's decode 1-4% faster);
     # formats with more to unpack a step, and four tokens at once, measured no better this way
     a = iadd8(dpb(dpb(iz8(), u0, xq, e), u1, xq, e + 4), dpb(dpb(iz8(), u2, xq, e + 8), u3, xq, e + 12))
     b = iadd8(dpb(dpb(iz8(), v0, xq, e + 16), v1, xq, e + 20), dpb(dpb(iz8(), v2, xq, e + 24), v3, xq, e + 28))

@@ -311,13 +311,13 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
                 a = dpbs(a, wg, o + q + 64 * p, xq, e + 8 * p)
                 b = dpbs(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
             acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
-        elif code == F.Q4_0 or code == F.Q4_1:
-            l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
-            a, b = _paired_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, e)
-            acc, tail = _block_sums(a, b, wg, o, m, xa, k, acc, tail)
         else:
             l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
-            acc, tail = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail)
+            if code == F.Q4_0 or code == F.Q4_1:
+                a, b = _paired_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, e)
+            else:
+                a, b = _eight_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, e)
+            acc, tail = _block_sums(a, b, wg, o, m, xa, k, acc, tail)
     store_rows(out, oo, acc, tail, _offset_scale(code))
 
 
@@ -364,9 +364,9 @@ def _block_steps(code, wg, o, q, hb):
 
 @_exact
 def _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, xq, xa, k, acc, tail):
-    # one token's part of a 4- or 5-bit block whose steps are unpacked; four tokens together
-    # run exactly this, as does one alone (`token_rows`) but for the 4-bit formats' dots
-    # (`_paired_steps`: the same integers, so the same bits)
+    # one token's part of a 4- or 5-bit block whose steps are unpacked, for four tokens at once;
+    # one alone (`token_rows`) computes the same integers (for the 4-bit formats by
+    # `_paired_steps`) and scales them by `_block_sums` as here, so gets the same bits
     a, b = _eight_steps(l0, l1, l2, l3, h0, h1, h2, h3, xq, k * 32)
     return _block_sums(a, b, wg, o, m, xa, k, acc, tail)
 

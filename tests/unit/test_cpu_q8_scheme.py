@@ -22,8 +22,16 @@ from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 from llamay_backends.cpu.kernels._rows import XD  # noqa: E402
 from tests.unit.test_cpu_kernels import QUANT, make_weights  # noqa: E402
 
-# float32 accumulation over at most a few hundred block products, relative to sum |w| |xhat|
+# float32 accumulation over at most a few hundred block products, relative to `rounding_scale`
 ROUNDING = 1e-6
+
+# Bytes of a block that hold its scales, minima and f16 fields (the rest are quants). With the
+# quants zeroed, a block dequantizes to its offset: Q4_0's -8 d, Q4_1's minimum, Q6_K's -32 d sc.
+SCALE_BYTES = {
+    "Q4_0": slice(0, 2), "Q4_1": slice(0, 4), "Q5_0": slice(0, 2), "Q5_1": slice(0, 4), "Q8_0": slice(0, 2),
+    "Q2_K": (slice(0, 16), slice(80, 84)), "Q3_K": slice(96, 110), "Q4_K": slice(0, 16), "Q5_K": slice(0, 16),
+    "Q6_K": slice(192, 210),
+}
 
 
 def quantize_scheme(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -35,12 +43,42 @@ def quantize_scheme(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return xq.reshape(x.shape).astype(np.float64), d
 
 
+def dequantize(name: str, w: np.ndarray) -> np.ndarray:
+    return gguf.quants.dequantize(w, QT[name]).astype(np.float64).reshape(w.shape[0], -1)
+
+
+def block_offsets(name: str, w: np.ndarray) -> np.ndarray:
+    """Each weight's offset: what its block dequantizes to with every quant set to zero."""
+    elems, nbytes = GGML_QUANT_SIZES[QT[name]]
+    blocks = w.reshape(w.shape[0], -1, nbytes)
+    kept = np.zeros_like(blocks)
+    spans = SCALE_BYTES[name]
+    for span in spans if isinstance(spans, tuple) else (spans,):
+        kept[:, :, span] = blocks[:, :, span]
+    return dequantize(name, kept.reshape(w.shape))
+
+
+def rounding_scale(name: str, w: np.ndarray, xhat: np.ndarray) -> np.ndarray:
+    """The magnitude float32 rounding is relative to, [tokens, rows].
+
+    At least sum |W| |xhat|. The kernels multiply x by a block's quants read as unsigned and add
+    the block's offset times x's sum apart (as llama.cpp does with minima): two exact integer sums,
+    each scaled and rounded on its own. Where a block's activations lean to one sign both parts
+    outgrow the product they cancel to, so the bound also takes them, per 16-weight run."""
+    wf = dequantize(name, w)
+    off = block_offsets(name, w)
+    runs = lambda a: a.reshape(a.shape[0], -1, 16)  # noqa: E731
+    xr, ur, orr = runs(xhat), runs(wf - off), runs(off)
+    parts = (np.abs(np.einsum("tbi,rbi->trb", xr, ur)) + np.abs(np.einsum("tbi,rbi->trb", xr, orr))).sum(axis=2)
+    return np.maximum(np.abs(xhat) @ np.abs(wf).T, parts)
+
+
 def scheme_product(name: str, w: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dequantize(W) @ xhat for each row of x, sum |W| |xhat|: the scale of float rounding)."""
-    wf = gguf.quants.dequantize(w, QT[name]).astype(np.float64).reshape(w.shape[0], -1)
+    """(dequantize(W) @ xhat for each row of x, the scale of float rounding: `rounding_scale`)."""
+    wf = dequantize(name, w)
     xq, d = quantize_scheme(x)
     xhat = (xq.reshape(x.shape[0], -1, 32) * d[:, :, None].astype(np.float64)).reshape(x.shape)
-    return xhat @ wf.T, np.abs(xhat) @ np.abs(wf).T
+    return xhat @ wf.T, rounding_scale(name, w, xhat)
 
 
 def activations(rng: np.random.Generator, tokens: int, cols: int) -> np.ndarray:

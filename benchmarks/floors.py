@@ -14,6 +14,7 @@ floor takes the highest figure of this run; measure it next to the decode it is 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -42,8 +43,9 @@ def bandwidth_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
         return n_bytes / best_of(lambda: list(pool.map(lambda p: p.sum(dtype=np.float32), parts))) / 1e9
 
 
-def simd_read_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
-    """GB/s reading n_bytes of float32 with 16-lane loads, in `threads` parts at once."""
+@functools.cache
+def _simd_reader():
+    # built on first use (floors.py imports without Numba) and once a run: both reads share it
     import numba
 
     from llamay_backends.cpu.kernels._simd import vadd, vhsum, vld, vzero
@@ -63,6 +65,12 @@ def simd_read_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
             sums[c] = vhsum(vadd(vadd(a0, a1), vadd(a2, a3)))
         return sums.sum()
 
+    return read
+
+
+def simd_read_gbs(n_bytes: int = 1 << 30, threads: int = 1) -> float:
+    """GB/s reading n_bytes of float32 with 16-lane loads, in `threads` parts at once."""
+    read = _simd_reader()
     a = np.ones(n_bytes // 4, np.float32)
     return n_bytes / best_of(lambda: read(a, threads)) / 1e9
 

@@ -15,6 +15,7 @@ from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES, SPLIT_OP_NAMES
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
 from llamay_backends.cpu.repack import REPACKED_TYPES, repack
+from llamay_backends.cpu.weight_arena import WeightArena
 
 WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                           "F16", "BF16", "F32"}) | REPACKED_TYPES
@@ -23,7 +24,7 @@ WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K"
 class CpuWeight:
     """One tensor as the kernels read it: raw GGML rows (uint8) and the type code; vectors as f32."""
 
-    def __init__(self, t: TensorInfo, code: int) -> None:
+    def __init__(self, t: TensorInfo, code: int, arena: WeightArena | None = None) -> None:
         self.name = t.name
         self.shape = t.shape
         self.type_name = t.type_name
@@ -40,16 +41,18 @@ class CpuWeight:
             # one array type, whether a Python step or a compiled program (`program.py`) calls it
             self.rows.flags.writeable = False
         self._interleaved: np.ndarray | None = None
+        self._arena = arena or WeightArena()
 
     def interleaved(self) -> np.ndarray | None:
         """The rows interleaved eight at a time for the int8 decode kernel (`kernels/interleaved.py`),
-        packed on first use and shared by every plan; None where the format or shape has none."""
+        packed on first use (into the model's `WeightArena`, beside the weights packed before it)
+        and shared by every plan; None where the format or shape has none."""
         from llamay_backends.cpu import kernels
 
         if self._interleaved is None and self.rows is not None:
             cols = kernels.row_elems(self.code, self.rows.shape[1])
             if kernels.can_interleave(self.code, self.rows.shape[0], cols):
-                self._interleaved = kernels.interleave(self.code, self.rows)
+                self._interleaved = kernels.interleave(self.code, self.rows, self._arena.empty)
                 self._interleaved.flags.writeable = False
         return self._interleaved
 
@@ -109,7 +112,8 @@ class CpuBackend(BackendBase):
 
         self.compile_seconds += time.perf_counter() - t0
         packed = {name: repack(t) for name, t in tensors.items()}
-        return {name: CpuWeight(t, kernels.type_code(t.type_name)) for name, t in packed.items()}
+        arena = WeightArena()  # the model's interleaved copies, end to end on huge pages
+        return {name: CpuWeight(t, kernels.type_code(t.type_name), arena) for name, t in packed.items()}
 
     def kv_store(self, spec: KvSpec) -> HostPageStore:
         return HostPageStore(spec)

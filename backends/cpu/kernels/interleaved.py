@@ -25,6 +25,8 @@ GGML one. Inside a tile:
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import attrs
 import numpy as np
 from llvmlite import ir
@@ -97,13 +99,14 @@ def _params(code: int) -> tuple[int, ...]:
     return lay.block, lay.qs, lay.qs_bytes, lay.qh, lay.m, lay.hb, lay.q
 
 
-def pack(code: int, w: np.ndarray) -> np.ndarray:
-    """GGML rows uint8[rows, row_bytes] -> the interleaved uint8[rows / 8, blocks * tile]."""
+def pack(code: int, w: np.ndarray, empty: Callable[..., np.ndarray] = np.empty) -> np.ndarray:
+    """GGML rows uint8[rows, row_bytes] -> the interleaved uint8[rows / 8, blocks * tile], in
+    memory from `empty` (np.empty's signature: the cpu backend's `WeightArena`)."""
     rows, row_bytes = w.shape
     block = block_bytes(code)
     if rows % ROWS or row_bytes % block:
         raise ValueError(f"cannot interleave a {rows}x{row_bytes}-byte {F.TYPE_NAME[code]} weight")
-    out = np.empty((rows // ROWS, row_bytes // block * tile_bytes(code)), np.uint8)
+    out = empty((rows // ROWS, row_bytes // block * tile_bytes(code)), np.uint8)
     if code in SUPER_LAYOUTS:
         _pack_k(code, np.ascontiguousarray(w), out)
     else:

@@ -41,18 +41,19 @@ class CpuWeight:
             # one array type, whether a Python step or a compiled program (`program.py`) calls it
             self.rows.flags.writeable = False
         self._interleaved: np.ndarray | None = None
-        self._arena = arena or WeightArena()
+        self._empty = arena.empty if arena is not None else np.empty  # where its interleaved copy goes
 
     def interleaved(self) -> np.ndarray | None:
         """The rows interleaved eight at a time for the int8 decode kernel (`kernels/interleaved.py`),
-        packed on first use (into the model's `WeightArena`, beside the weights packed before it)
-        and shared by every plan; None where the format or shape has none."""
+        packed on first use (into the model's `WeightArena` where `load_weights` gave one, beside
+        the weights packed before it) and shared by every plan; None where the format or shape
+        has none."""
         from llamay_backends.cpu import kernels
 
         if self._interleaved is None and self.rows is not None:
             cols = kernels.row_elems(self.code, self.rows.shape[1])
             if kernels.can_interleave(self.code, self.rows.shape[0], cols):
-                self._interleaved = kernels.interleave(self.code, self.rows, self._arena.empty)
+                self._interleaved = kernels.interleave(self.code, self.rows, self._empty)
                 self._interleaved.flags.writeable = False
         return self._interleaved
 

@@ -17,9 +17,9 @@ import mmap
 import numpy as np
 
 HUGE_PAGE = 2 << 20
-# address space a chunk reserves: untouched pages cost nothing, and a model's weights take a few
-# chunks at most
-CHUNK_BYTES = 256 << 20
+# address space a chunk maps (a larger weight gets a chunk of its own size): untouched pages
+# cost no memory, and a chunk's unused tail stays small beside a model's weights
+CHUNK_BYTES = 64 << 20
 ALIGN = 64  # a cache line: each array starts on one, as NumPy's would
 
 

@@ -49,7 +49,7 @@ def dequantize(name: str, w: np.ndarray) -> np.ndarray:
 
 def block_offsets(name: str, w: np.ndarray) -> np.ndarray:
     """Each weight's offset: what its block dequantizes to with every quant set to zero."""
-    elems, nbytes = GGML_QUANT_SIZES[QT[name]]
+    nbytes = GGML_QUANT_SIZES[QT[name]][1]
     blocks = w.reshape(w.shape[0], -1, nbytes)
     kept = np.zeros_like(blocks)
     spans = SCALE_BYTES[name]
@@ -67,9 +67,11 @@ def rounding_scale(name: str, w: np.ndarray, xhat: np.ndarray) -> np.ndarray:
     outgrow the product they cancel to, so the bound also takes them, per 16-weight run."""
     wf = dequantize(name, w)
     off = block_offsets(name, w)
-    runs = lambda a: a.reshape(a.shape[0], -1, 16)  # noqa: E731
-    xr, ur, orr = runs(xhat), runs(wf - off), runs(off)
-    parts = (np.abs(np.einsum("tbi,rbi->trb", xr, ur)) + np.abs(np.einsum("tbi,rbi->trb", xr, orr))).sum(axis=2)
+
+    def run_sums(weights: np.ndarray) -> np.ndarray:  # |xhat . weights| per 16-element run, [t, r, run]
+        return np.abs(np.einsum("tki,rki->trk", xhat.reshape(len(xhat), -1, 16), weights.reshape(len(weights), -1, 16)))
+
+    parts = (run_sums(wf - off) + run_sums(off)).sum(axis=2)
     return np.maximum(np.abs(xhat) @ np.abs(wf).T, parts)
 
 

@@ -15,7 +15,7 @@ from llamay_core.graph.ops import EXTENDED_OP_NAMES, OP_NAMES, SPLIT_OP_NAMES
 from llamay_core.plugins_runtime.registry import source_fingerprint
 from llamay_core.state.host_pages import HostPageStore
 from llamay_backends.cpu.repack import REPACKED_TYPES, repack
-from llamay_backends.cpu.weight_arena import WeightArena
+from llamay_backends.cpu.weight_arena import WeightArena, pages_note
 
 WEIGHT_TYPES = frozenset({"Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K",
                           "F16", "BF16", "F32"}) | REPACKED_TYPES
@@ -102,7 +102,7 @@ class CpuBackend(BackendBase):
             level += f" (forced by {isa.ENV})"
         dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else None
         decode = f"int8 activations ({dot})" if self.activations == "int8" and dot else "float activations"
-        repack = ("8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K)"
+        repack = (f"8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) on {pages_note()}"
                   if "int8" in decode else "off")
         return {"kernels": level, "matmul": f"cpu, decode {decode} by {_decode_runner()}",
                 "gemm": "dequantized tiles + BLAS sgemm", "repack": repack}

@@ -28,6 +28,21 @@ def huge_pages_available() -> bool:
     return all(hasattr(mmap, name) for name in ("MADV_HUGEPAGE", "MAP_PRIVATE", "MAP_ANONYMOUS"))
 
 
+THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def pages_note() -> str:
+    """Which pages the arena's weights get here, for the bench header: results depend on it."""
+    if not huge_pages_available():
+        return "ordinary pages (no MADV_HUGEPAGE on this platform)"
+    try:
+        with open(THP_SETTING) as f:
+            mode = f.read().split("[", 1)[1].split("]", 1)[0]
+    except (OSError, IndexError):
+        return "ordinary pages (no transparent huge pages here)"
+    return f"huge pages (THP {mode})" if mode in ("always", "madvise") else f"4 KiB pages (THP {mode})"
+
+
 class WeightArena:
     """Hands out arrays from chunks of huge-page memory, one after another; `empty` has
     np.empty's signature. Each array keeps its chunk alive (NumPy holds the buffer), so the

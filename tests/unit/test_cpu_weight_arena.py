@@ -61,3 +61,18 @@ def test_without_huge_pages_it_is_np_empty(monkeypatch):
 
 def test_empty_shapes_are_fine():
     assert WeightArena().empty((0, 5), np.uint8).shape == (0, 5)
+
+
+def test_the_pages_are_named_for_the_bench_header(monkeypatch, tmp_path):
+    setting = tmp_path / "enabled"
+    for line, want in (("always [madvise] never", "huge pages (THP madvise)"),
+                       ("[always] madvise never", "huge pages (THP always)"),
+                       ("always madvise [never]", "4 KiB pages (THP never)")):
+        setting.write_text(line + "\n")
+        monkeypatch.setattr(weight_arena, "THP_SETTING", str(setting))
+        monkeypatch.setattr(weight_arena, "huge_pages_available", lambda: True)
+        assert weight_arena.pages_note() == want
+    monkeypatch.setattr(weight_arena, "THP_SETTING", str(tmp_path / "absent"))
+    assert "ordinary pages" in weight_arena.pages_note()
+    monkeypatch.setattr(weight_arena, "huge_pages_available", lambda: False)
+    assert "ordinary pages" in weight_arena.pages_note()

@@ -58,14 +58,14 @@ def block_offsets(name: str, w: np.ndarray) -> np.ndarray:
     return dequantize(name, kept.reshape(w.shape))
 
 
-def rounding_scale(name: str, w: np.ndarray, xhat: np.ndarray) -> np.ndarray:
+def rounding_scale(name: str, w: np.ndarray, wf: np.ndarray, xhat: np.ndarray) -> np.ndarray:
     """The magnitude float32 rounding is relative to, [tokens, rows].
 
     At least sum |W| |xhat|. The kernels multiply x by a block's quants read as unsigned and add
     the block's offset times x's sum apart (as llama.cpp does with minima): two exact integer sums,
     each scaled and rounded on its own. Where a block's activations lean to one sign both parts
-    outgrow the product they cancel to, so the bound also takes them, per 16-weight run."""
-    wf = dequantize(name, w)
+    outgrow the product they cancel to, so the bound also takes them, per 16-weight run.
+    `wf`: dequantize(name, w)."""
     off = block_offsets(name, w)
 
     def run_sums(weights: np.ndarray) -> np.ndarray:  # |xhat . weights| per 16-element run, [t, r, run]
@@ -80,7 +80,7 @@ def scheme_product(name: str, w: np.ndarray, x: np.ndarray) -> tuple[np.ndarray,
     wf = dequantize(name, w)
     xq, d = quantize_scheme(x)
     xhat = (xq.reshape(x.shape[0], -1, 32) * d[:, :, None].astype(np.float64)).reshape(x.shape)
-    return xhat @ wf.T, rounding_scale(name, w, xhat)
+    return xhat @ wf.T, rounding_scale(name, w, wf, xhat)
 
 
 def activations(rng: np.random.Generator, tokens: int, cols: int) -> np.ndarray:

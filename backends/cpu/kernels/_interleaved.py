@@ -28,8 +28,8 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array,
-                    _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, _h2f, _i8, _i16, _i32, _is_f32_array,
+                    _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch,
                     vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
@@ -555,7 +555,7 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
     for sb in range(xq.shape[0] // 256):
         o = sb * tile
         for line in range(0, tile, 64):
-            prefetch(wg, o + line + PREFETCH_BYTES)
+            prefetch(wg, o + line + PREFETCH_BYTES_K)
         if code == F.Q4_K:
             acc, tail = _q4_k_superblock(wg, o, xq, xa, sb, acc, tail)
         else:

@@ -274,7 +274,7 @@ def ld_f32_elem(typingctx, w, i):
 # software prefetch a few KiB ahead restores several times that.
 PREFETCH_BYTES = 4096
 # The K-quant decode kernels (`token_rows_k`) hint a whole super-block tile at once (18-27 lines
-# of eight rows): 4 KiB ahead that burst sat 2.4-3.5 tiles out, and their weights streamed
+# of eight rows): 4 KiB ahead that burst sat 2.4-3.6 tiles out, and their weights streamed
 # slower than the other formats'. At 1 KiB, cycle counters in qwen2.5-coder's decode: Q4_K
 # 19.6 -> 22.2 GB/s, Q6_K 18.0 -> 21.3 (512 B: 21.8 and 20.4; 2 KiB: 21.9 and 20.1); whole
 # decode +2% on the AVX-512 and the forced AVX2 path (Intel Xeon; docs/performance.md,

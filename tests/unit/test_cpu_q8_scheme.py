@@ -19,7 +19,7 @@ K = pytest.importorskip("llamay_backends.cpu.kernels")
 from gguf import GGMLQuantizationType as QT  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 
-from llamay_backends.cpu.kernels._rows import XD  # noqa: E402
+from llamay_backends.cpu.kernels._rows import XD, XI32  # noqa: E402
 from tests.unit.test_cpu_kernels import QUANT, make_weights  # noqa: E402
 
 # float32 accumulation over at most a few hundred block products, relative to `rounding_scale`
@@ -148,6 +148,8 @@ def test_quantization_is_exactly_the_scheme():
     want_q, want_d = quantize_scheme(x[None])
     assert np.array_equal(xa[XD][:128], want_d[0])
     assert np.array_equal(xq.astype(np.float64), want_q[0])
+    # the integer block sums that Q8_0's VNNI path takes back off its q + 128 dots
+    assert np.array_equal(xa[XI32][:128], want_q[0].reshape(-1, 32).sum(axis=1))
 
 
 try:

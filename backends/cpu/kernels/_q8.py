@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from . import formats as F
-from ._rows import XA_ROWS, XC16, XC32, XD, _i8, _k3_scale, _k4_scale_min
+from ._rows import XA_ROWS, XC16, XC32, XD, XI32, _i8, _k3_scale, _k4_scale_min
 from ._simd import (
     PREFETCH_BYTES,
     b_bitsel,
@@ -56,14 +56,15 @@ _jit = njit(fastmath=True, cache=True, nogil=True)
 # a rounding tie go up would then depend on the compiler, not on the scheme.
 @njit(fastmath=False, cache=True, nogil=True)
 def quantize_q8(x, xq, xa):
-    """Quantize x per 32-element block into xq (int8) and fill xa[XD], xa[XC16], xa[XC32]
+    """Quantize x per 32-element block into xq (int8) and fill xa[XD], xa[XC16], xa[XC32], xa[XI32]
     (see `_rows`): d = max|x|/127, xq = rint(x * (1/d)). len(x) must be a multiple of 32.
     """
     xd = xa[XD]
     xc16 = xa[XC16]
     xc32 = xa[XC32]
+    xi32 = xa[XI32]
     for b in range(x.shape[0] // 32):
-        q8_block(x, b, xq, xd, xc16, xc32)
+        q8_block(x, b, xq, xd, xc16, xc32, xi32)
 
 
 @njit(fastmath=False, cache=True, nogil=True)

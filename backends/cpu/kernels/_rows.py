@@ -61,7 +61,8 @@ XS32 = 1  # sum of x over each 32-element block (first cols//32 entries)
 XD = 2  # q8 scale of each 32-element block
 XC16 = 3  # q8 scale * sum of the int8 quants over each 16-element run
 XC32 = 4  # the same per 32-element block
-XA_ROWS = 5
+XI32 = 5  # the sum of the int8 quants of each 32-element block, as a float (exact: |sum| <= 4064)
+XA_ROWS = 6
 
 
 @_jit

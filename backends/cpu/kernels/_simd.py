@@ -619,19 +619,21 @@ def xsum16(typingctx, x, i):
 
 
 @intrinsic
-def q8_block(typingctx, x, b, xq, xd, xc16, xc32):
+def q8_block(typingctx, x, b, xq, xd, xc16, xc32, xi32):
     """Quantize x[32b:32b+32] to int8: d = max|x|/127, xq = rint(x/d), xd[b] = d.
 
     Also xc16[2b+k] = d * sum of the k-th 16 quants and xc32[b] = their sum: the x side
-    of the zero-offset corrections, precomputed so a kernel spends one FMA on them.
+    of the zero-offset corrections, precomputed so a kernel spends one FMA on them; and
+    xi32[b] = the integer sum of the 32 quants (as a float, exactly), for kernels that
+    correct an offset before their integer sums leave the integers.
     """
     if not (_is_f32_array(x) and _is_i8_array(xq) and _is_f32_array(xd)):
         return None
-    if not (_is_f32_array(xc16) and _is_f32_array(xc32)):
+    if not (_is_f32_array(xc16) and _is_f32_array(xc32) and _is_f32_array(xi32)):
         return None
 
     def codegen(context, builder, sig, args):
-        xa, bi, xqa, xda, c16, c32 = args
+        xa, bi, xqa, xda, c16, c32, i32 = args
         b64 = context.cast(builder, bi, sig.args[1], types.intp)
         e0 = builder.mul(b64, ir.Constant(b64.type, 32))
         e1 = builder.add(e0, ir.Constant(b64.type, 16))
@@ -649,17 +651,21 @@ def q8_block(typingctx, x, b, xq, xd, xc16, xc32):
         iv = _splat(builder, inv, _vf)
         builder.store(d, _ptr(context, builder, sig.args[3], xda, b64, _f32))
         sums = []
+        isum = ir.Constant(_i32, 0)
         for k, (v, e) in enumerate(((v0, e0), (v1, e1))):
             q = builder.fptosi(builder.call(rint, [builder.fmul(v, iv)]), _vi)
             builder.store(builder.trunc(q, _vb), _ptr(context, builder, sig.args[2], xqa, e, _vb), align=1)
-            c = builder.fmul(builder.sitofp(builder.call(radd, [q]), _f32), d)
+            qsum = builder.call(radd, [q])
+            isum = builder.add(isum, qsum)
+            c = builder.fmul(builder.sitofp(qsum, _f32), d)
             g = builder.add(builder.mul(b64, ir.Constant(b64.type, 2)), ir.Constant(b64.type, k))
             builder.store(c, _ptr(context, builder, sig.args[4], c16, g, _f32))
             sums.append(c)
         builder.store(builder.fadd(sums[0], sums[1]), _ptr(context, builder, sig.args[5], c32, b64, _f32))
+        builder.store(builder.sitofp(isum, _f32), _ptr(context, builder, sig.args[6], i32, b64, _f32))
         return context.get_dummy_value()
 
-    return types.none(x, b, xq, xd, xc16, xc32), codegen
+    return types.none(x, b, xq, xd, xc16, xc32, xi32), codegen
 
 
 # ---------------------------------------------------------------- int8 dot (q8 activations)

@@ -26,51 +26,16 @@ Public surface:
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import numpy as np
 
-
-def _drop_stale_numba_cache() -> None:
-    """Delete the cpu backend's Numba cache files when any kernel source changed.
-
-    Numba validates a cached function only against its own file's timestamp, but the
-    kernels inline intrinsics from `_simd.py` and helpers from sibling modules, and the
-    backend's `ops.py` and `segment_attention.py` inline `_simd.py` too, so an edit there would
-    otherwise keep serving stale machine code.
-    """
-    here = Path(__file__).resolve().parent
-    users = [here.parent / "ops.py", here.parent / "segment_attention.py", here.parent / "program.py"]
-    digest = hashlib.sha256()
-    for src in sorted(here.glob("*.py")) + users:
-        digest.update(src.name.encode())
-        if src.exists():
-            digest.update(src.read_bytes())
-    cache = here / "__pycache__"
-    stamp = cache / "llamay_kernels.srchash"
-    try:
-        if stamp.read_text() == digest.hexdigest():
-            return
-    except OSError:
-        pass
-    try:
-        stale = list(cache.glob("*.nbi")) + list(cache.glob("*.nbc"))
-        for user in users:
-            stale += list((user.parent / "__pycache__").glob(f"{user.stem}.*.nb[ic]"))
-        for f in stale:
-            f.unlink(missing_ok=True)
-        cache.mkdir(exist_ok=True)
-        stamp.write_text(digest.hexdigest())
-    except OSError:  # read-only install: Numba then caches elsewhere or not at all
-        pass
-
-
-_drop_stale_numba_cache()
-
-from llamay_backends.cpu import isa  # noqa: E402
+from llamay_backends.cpu import isa
+from llamay_backends.cpu.numba_cache import drop_stale
 
 isa.apply()  # before anything below makes Numba create its target machine
+# and before any cached function loads: a cached caller carries its callees' old machine code
+drop_stale(Path(__file__).resolve().parent.parent)
 
 from .formats import (  # noqa: E402
     BF16,

@@ -38,12 +38,14 @@ def cache_dirs(source_dirs: Iterable[Path]) -> list[Path]:
     """The directory Numba caches each of `source_dirs`' functions in, as it chooses it now."""
     from numba.core import caching
 
+    # the locators Numba tries in order (named _CacheImpl before numba 0.61)
+    locators = (getattr(caching, "CacheImpl", None) or caching._CacheImpl)._locator_classes
     found = []
     for folder in sorted(set(source_dirs)):
         probe = next(iter(sorted(folder.glob("*.py"))), None)
         if probe is None:
             continue
-        for locator_class in caching.CacheImpl._locator_classes:
+        for locator_class in locators:
             locator = locator_class.from_function(_probe, str(probe))
             if locator is not None:
                 found.append(Path(locator.get_cache_path()))

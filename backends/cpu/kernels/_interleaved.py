@@ -159,6 +159,13 @@ def dpbs(typingctx, acc, w, off, xq, xo):
     def codegen(context, builder, sig, args):
         q = _load32(context, builder, sig, args, 1)
         x = _bcast4(context, builder, sig, args, 3)
+        if HAS_AVX2:
+            # vpabsb and vpsignb: LLVM builds the selects below from a compare, an xor and a
+            # subtract (x is 0 where q is, which changes no product)
+            u = builder.call(_llvm_fn(builder, "llvm.abs.v32i8", _vb32, [_vb32, ir.IntType(1)]),
+                             [q, ir.Constant(ir.IntType(1), 0)])
+            sx = builder.call(_llvm_fn(builder, "llvm.x86.avx2.psign.b", _vb32, [_vb32, _vb32]), [x, q])
+            return _dpbusd_acc(builder, args[0], u, sx)
         zero = ir.Constant(_vb32, None)
         neg = builder.icmp_signed("<", q, zero)
         u = builder.select(neg, builder.sub(zero, q), q)

@@ -29,8 +29,8 @@ from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, _h2f, _i8, _i16, _i32, _is_f32_array,
-                    _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8,
-                    i8x32, prefetch, vz8)
+                    _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick, _splat, _vb32, _vf8, _vi8, _vi32x32,
+                    b_or, f32x8, i8x32, prefetch, vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
@@ -151,26 +151,14 @@ def dpb(typingctx, acc, u, xq, xo):
 
 @intrinsic
 def dpbs(typingctx, acc, w, off, xq, xo):
-    """As `dpb` for 32 *signed* quants at w[off:off+32] (Q8_0): |q| against x with q's signs,
-    so AVX2's saturating pair sums stay exact (|q| <= 128, |x| <= 127)."""
+    """As `dpb` for 32 *signed* quants at w[off:off+32] (Q8_0): |q| against x with q's signs
+    (`_simd._sign_trick`), so AVX2's saturating pair sums stay exact (|q| <= 128, |x| <= 127)."""
     if acc != i32x8 or not _is_u8_array(w) or not _is_i8_array(xq):
         return None
 
     def codegen(context, builder, sig, args):
         q = _load32(context, builder, sig, args, 1)
-        x = _bcast4(context, builder, sig, args, 3)
-        if HAS_AVX2:
-            # vpabsb and vpsignb: LLVM builds the selects below from a compare, an xor and a
-            # subtract (x is 0 where q is, which changes no product)
-            u = builder.call(_llvm_fn(builder, "llvm.abs.v32i8", _vb32, [_vb32, ir.IntType(1)]),
-                             [q, ir.Constant(ir.IntType(1), 0)])
-            sx = builder.call(_llvm_fn(builder, "llvm.x86.avx2.psign.b", _vb32, [_vb32, _vb32]), [x, q])
-            return _dpbusd_acc(builder, args[0], u, sx)
-        zero = ir.Constant(_vb32, None)
-        neg = builder.icmp_signed("<", q, zero)
-        u = builder.select(neg, builder.sub(zero, q), q)
-        sx = builder.select(neg, builder.sub(zero, x), x)
-        return _dpbusd_acc(builder, args[0], u, sx)
+        return _dpbusd_acc(builder, args[0], *_sign_trick(builder, q, _bcast4(context, builder, sig, args, 3)))
 
     return i32x8(acc, w, off, xq, xo), codegen
 

@@ -809,6 +809,22 @@ def vhsum8(typingctx, v):
     return types.float32(v), codegen
 
 
+def _sign_trick(builder, q, x):
+    """(|q|, x with q's signs; 0 where q is 0) on 32 byte lanes: llama.cpp's sign trick, which
+    dots signed quants by an unsigned-by-signed product (|q| <= 128 keeps AVX2's pair sums
+    exact). On AVX2 `vpabsb` and `vpsignb`, which LLVM does not find in the selects below (it
+    builds a compare, an xor and a subtract: 9 instructions a Q8_0 step instead of 7)."""
+    if HAS_AVX2:
+        u = builder.call(_llvm_fn(builder, "llvm.abs.v32i8", _vb32, [_vb32, ir.IntType(1)]),
+                         [q, ir.Constant(ir.IntType(1), 0)])  # -128 stays 0x80: the unsigned 128
+        return u, builder.call(_llvm_fn(builder, "llvm.x86.avx2.psign.b", _vb32, [_vb32, _vb32]), [x, q])
+    zero = ir.Constant(_vb32, None)
+    neg = builder.icmp_signed("<", q, zero)
+    u = builder.select(neg, builder.sub(zero, q), q)
+    sx = builder.select(neg, builder.sub(zero, x), builder.select(builder.icmp_signed("==", q, zero), zero, x))
+    return u, sx
+
+
 def _dpbusd(builder, u, s):
     """8 int32 lanes, lane i = sum_k u8(u[4i+k]) * s8(s[4i+k]).
 
@@ -854,13 +870,8 @@ def vdps(typingctx, acc, a, xq, xo, s):
         return None
 
     def codegen(context, builder, sig, args):
-        a = args[1]
         xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
-        zero = ir.Constant(_vb32, None)
-        neg = builder.icmp_signed("<", a, zero)
-        u = builder.select(neg, builder.sub(zero, a), a)
-        sx = builder.select(neg, builder.sub(zero, xv), builder.select(builder.icmp_signed("==", a, zero), zero, xv))
-        d = builder.sitofp(_dpbusd(builder, u, sx), _vf8)
+        d = builder.sitofp(_dpbusd(builder, *_sign_trick(builder, args[1], xv)), _vf8)
         sv = _splat(builder, _as_f32(context, builder, args[4], sig.args[4]), _vf8)
         return builder.fadd(args[0], builder.fmul(d, sv, flags=_FAST), flags=_FAST)
 

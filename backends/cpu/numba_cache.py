@@ -73,10 +73,14 @@ def drop_if_changed(cache: Path, digest: str) -> bool:
     return bool(stale)
 
 
+def package_sources(package: Path) -> list[Path]:
+    """The package's own modules and its subpackages' one level down: one unit for the cache."""
+    return sorted(package.glob("*.py")) + sorted(package.glob("*/*.py"))
+
+
 def drop_stale(package: Path) -> None:
-    """`drop_if_changed` for every directory Numba caches `package`'s functions in (the
-    package's own modules and its subpackages' one level down)."""
-    sources = sorted(package.glob("*.py")) + sorted(package.glob("*/*.py"))
+    """`drop_if_changed` for every directory Numba caches `package`'s functions in."""
+    sources = package_sources(package)
     digest = source_digest(sources)
     for cache in cache_dirs({src.parent for src in sources}):
         drop_if_changed(cache, digest)

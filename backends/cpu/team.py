@@ -10,7 +10,7 @@ thread's own rows; matmul and attention tasks are shared from either end of thei
 barrier (`sync.barrier`) only where one reads what another wrote, and a thread that waits
 there fetches the start of its share of the next matmul's weights meanwhile.
 
-Bits: every task and row runs the kernel `_run` would run on the same inputs (`one_task`,
+Bits: every task and row runs the kernel `_run` would run on the same inputs (`run_tasks`,
 `attention_task`, the `_rows` kernels), so a token gets the same bits on either path and with any
 number of threads (tests/unit/test_cpu_team.py).
 

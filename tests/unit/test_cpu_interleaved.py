@@ -162,3 +162,37 @@ def test_weights_sharing_their_rows_in_one_loop_get_the_bits_of_separate_calls(n
         K.interleaved_multi(calls, X, together)
         for a, b in zip(alone, together):
             np.testing.assert_array_equal(a, b)
+
+
+def test_any_runs_of_tasks_give_each_row_the_bits_of_one_run_over_all():
+    """`run_tasks`: the runs a team or a parallel loop cuts the numbering into (across weights
+    and 64-token chunks) each compute exactly their own tasks' rows, with the same bits."""
+    from llamay_backends.cpu.kernels import _interleaved as KI
+
+    rng = np.random.default_rng(13)
+    code = K.type_code("Q4_0")
+    lay = IL.LAYOUTS[code]
+    ws = [read_only(K.interleave(code, make_weights("Q4_0", rows, 64, rng))) for rows in (40, 16, 24)]
+    XQ, XA = KI.quantize_rows(activations(rng, 70, 64))
+    n_tasks = KI.count_tasks(*ws, 70)
+    assert n_tasks == 2 * (3 + 1 + 2)  # two chunks; 5, 2 and 3 row groups, two a task
+
+    def run(cuts):
+        outs = [np.full((70, 8 * w.shape[0]), np.nan, np.float32) for w in ws]
+        for first, end in zip(cuts[:-1], cuts[1:]):
+            KI.run_tasks(code, first, end - first, *ws, XQ, XA, *outs, lay.tile, lay.q, lay.m, lay.hb)
+        return outs
+
+    whole = run([0, n_tasks])
+    assert not any(np.isnan(o).any() for o in whole)
+    for _ in range(20):
+        cuts = [0, *sorted(rng.choice(np.arange(1, n_tasks), 4, replace=False)), n_tasks]
+        for a, b in zip(whole, run(cuts)):
+            np.testing.assert_array_equal(a, b)
+    # tasks 3..6 alone: chunk 0's one task of weight 1 and two of weight 2, then chunk 1's first
+    # of weight 0 (its groups 0 and 1: rows 0-15 of tokens 64-69)
+    part = run([3, 7])
+    assert not np.isnan(part[0][64:, :16]).any()
+    assert np.isnan(part[0][:64]).all() and np.isnan(part[0][:, 16:]).all()
+    for out in part[1:]:
+        assert not np.isnan(out[:64]).any() and np.isnan(out[64:]).all()

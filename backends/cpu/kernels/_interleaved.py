@@ -39,6 +39,9 @@ _Q4_K_TILE, _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.tile, Q4_K_LAYOUT.q_a
 _Q6_K_TILE, _Q6_K_QL, _Q6_K_QH, _Q6_K_SCALE = Q6_K_LAYOUT.tile, Q6_K_LAYOUT.q_at, Q6_K_LAYOUT.qh_at, Q6_K_LAYOUT.scale_at
 # Row groups per parallel task: 16 rows, as the other decode kernels' ROWS_PER_TASK.
 GROUPS_PER_TASK = 2
+# `_tasks`' parallel loop runs its tasks in this many runs (`run_tasks`), consecutive ones on a
+# thread under Numba's static split: even enough for any thread count, few enough to cost nothing.
+LOOP_PARTS = 64
 # A prompt's tokens go in chunks: a chunk's int8 activations (64 x cols bytes) stay in L1/L2 while
 # every row group passes over them; all 512 at once spill (T=512 measured 1.0-2.5x slower per flop).
 TOKENS_PER_CHUNK = 64
@@ -622,8 +625,10 @@ def _tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
     literally(code)
     XQ, XA = quantize_rows(X)
     n_tasks = count_tasks(w0, w1, w2, X.shape[0])
-    for c in prange(n_tasks):
-        one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
+    parts = min(n_tasks, LOOP_PARTS)
+    for p in prange(parts):
+        first = p * n_tasks // parts
+        run_tasks(code, first, (p + 1) * n_tasks // parts - first, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
 
 
 @njit(inline="always")
@@ -634,19 +639,19 @@ def _weight_tasks(w):
 
 @njit(cache=True)
 def chunk_tasks(w0, w1, w2):
-    """Tasks of `one_task` per chunk of tokens: GROUPS_PER_TASK row groups of the three weights."""
+    """Tasks of `run_tasks` per chunk of tokens: GROUPS_PER_TASK row groups of the three weights."""
     return _weight_tasks(w0) + _weight_tasks(w1) + _weight_tasks(w2)
 
 
 @njit(cache=True)
 def count_tasks(w0, w1, w2, n_rows):
-    """How many tasks `one_task` numbers for these weights and `n_rows` rows of X."""
+    """How many tasks `run_tasks` numbers for these weights and `n_rows` rows of X."""
     return (n_rows + TOKENS_PER_CHUNK - 1) // TOKENS_PER_CHUNK * chunk_tasks(w0, w1, w2)
 
 
 @njit(cache=True)
 def task_weight(k, w0, w1, w2):
-    """(which, first group): the weight (0, 1, 2) task k of a chunk (`one_task`) reads, and the
+    """(which, first group): the weight (0, 1, 2) task k of a chunk (`run_tasks`) reads, and the
     first of its row groups there."""
     n0 = _weight_tasks(w0)
     if k < n0:
@@ -658,17 +663,46 @@ def task_weight(k, w0, w1, w2):
 
 
 @_exact
-def one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb):
-    """Task c of `count_tasks`: GROUPS_PER_TASK row groups of one weight for one chunk of
-    tokens. Tasks go chunk-major: a thread's run of tasks shares its chunk's tokens."""
+def run_tasks(code, first, count, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb):
+    """Tasks first..first+count-1 of `count_tasks`. Task c is GROUPS_PER_TASK row groups of one
+    weight (`task_weight`) for one chunk of TOKENS_PER_CHUNK tokens, chunk-major, so a thread's
+    run of tasks shares its chunk's tokens; a task's bits do not depend on which run or thread
+    computes it. A weight's consecutive tasks go to the kernel as one run of row groups: a
+    one-token task of 896 columns is ~1,000 cycles, and a call per task (two divisions, the
+    weight's lookup, the calls) took ~15% of it (Q5_0 4864 x 896, two threads: 53 -> 63-66 GB/s
+    from L2, 23.8 -> 24.6-25.4 from memory)."""
     literally(code)
     T = XQ.shape[0]
-    n_tasks = chunk_tasks(w0, w1, w2)
-    t0 = c // n_tasks * TOKENS_PER_CHUNK
-    which, g0 = task_weight(c % n_tasks, w0, w1, w2)
-    wp, OUT = (w0, O0) if which == 0 else (w1, O1) if which == 1 else (w2, O2)
-    interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, min(wp.shape[0], g0 + GROUPS_PER_TASK), t0,
-                        min(T, t0 + TOKENS_PER_CHUNK), tile, q, m, hb)
+    per = chunk_tasks(w0, w1, w2)
+    n0 = _weight_tasks(w0)
+    n01 = n0 + _weight_tasks(w1)
+    c = first
+    end = first + count
+    while c < end:
+        chunk = c // per
+        base = chunk * per
+        t0 = chunk * TOKENS_PER_CHUNK
+        t1 = min(T, t0 + TOKENS_PER_CHUNK)
+        k = c - base  # this chunk's tasks k..stop-1: weight 0's, then 1's, then 2's
+        stop = min(end, base + per) - base
+        if k < n0:
+            e = min(stop, n0)
+            _task_rows(code, w0, XQ, XA, O0, k, e, t0, t1, tile, q, m, hb)
+            k = e
+        if k < stop and k < n01:
+            e = min(stop, n01)
+            _task_rows(code, w1, XQ, XA, O1, k - n0, e - n0, t0, t1, tile, q, m, hb)
+            k = e
+        if k < stop:
+            _task_rows(code, w2, XQ, XA, O2, k - n01, stop - n01, t0, t1, tile, q, m, hb)
+        c = base + stop
+
+
+@njit(inline="always")
+def _task_rows(code, wp, XQ, XA, OUT, k0, k1, t0, t1, tile, q, m, hb):
+    # one weight's tasks k0..k1-1 (its own numbering) for tokens t0..t1-1
+    interleaved_q8_rows(code, wp, XQ, XA, OUT, k0 * GROUPS_PER_TASK, min(wp.shape[0], k1 * GROUPS_PER_TASK), t0, t1,
+                        tile, q, m, hb)
 
 
 @njit(cache=True)
@@ -690,8 +724,7 @@ def team_tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, 
     own = own_tasks(n_tasks)
     first, count, done = first_share(tid, n_threads, n_tasks, own)
     while True:
-        for c in range(first, first + count):
-            one_task(code, c, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
+        run_tasks(code, first, count, w0, w1, w2, XQ, XA, O0, O1, O2, tile, q, m, hb)
         first, count, done = next_share(state, tid, n_threads, n_tasks, own, done, 2)
         if count == 0:
             return

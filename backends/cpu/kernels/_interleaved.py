@@ -426,6 +426,8 @@ def _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3):
 @_exact
 def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
     # runs 2p (low nibbles) and 2p+1 (high) share a 32-byte word column; x blocks kx, kx + 1
+    # (left as loops: written out run by run as `_q6_k_superblock`, 1 thread from L2 read
+    # 27-28 GB/s against the loops' 30-31)
     d = halves(wg, o)
     dmin = halves(wg, o + 16)
     for p in range(4):
@@ -458,16 +460,29 @@ def _q4_k_tail(wg, o, dmin, p, xa, kx, tail):
 @_exact
 def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
     # run j = 4h + t: low four bits in ql chunk 2h + (t & 1) (nibble t >> 1), two high bits at
-    # 2t of qh chunk h; 16-quant groups 2j (steps 0-3) and 2j + 1 (steps 4-7)
+    # 2t of qh chunk h; 16-quant groups 2j (steps 0-3) and 2j + 1 (steps 4-7). Written out run
+    # by run, not as loops over h and t: with them constants the shifts and masks fold into
+    # immediates (the loops' were variable shifts and masks built at run time). 4864 columns,
+    # from L2: 17 -> 26-27 GB/s on one thread, 32-33 -> 51-52 on two; from memory 23 -> 25-26
     d = halves(wg, o)
-    for h in range(2):
-        for t in range(4):
-            j = 4 * h + t
-            u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
-            s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
-            s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-            acc, tail = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + j, s0, s1, acc, tail)
-    return acc, tail
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 0, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 1, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 2, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 3, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 0, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 1, acc, tail)
+    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 2, acc, tail)
+    return _q6_k_one(wg, o, xq, xa, sb, d, 1, 3, acc, tail)
+
+
+@_exact
+def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
+    # run 4h + t of a Q6_K super-block for one token
+    j = 4 * h + t
+    u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
+    s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
+    s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+    return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + j, s0, s1, acc, tail)
 
 
 @_exact

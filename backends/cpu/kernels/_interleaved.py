@@ -548,37 +548,32 @@ def _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, kx, s0, s1, acc, tail):
 def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
     # `_q6_k_superblock` for four tokens: each run's six-bit quants are assembled once, not per
     # token (most of a Q6_K run's instructions), so prompts go ~3x fewer instructions per dot;
-    # written out run by run as there
+    # written out run by run as there (the tokens' x and accumulators go as tuples)
     d = halves(wg, o)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 0, 0,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 0, 1,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 0, 2,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 0, 3,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 1, 0,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 1, 1,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 1, 2,
-                                                c0, c1, c2, c3, t0, t1, t2, t3)
-    return _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, 1, 3, c0, c1, c2, c3, t0, t1, t2, t3)
+    xs, xas, acc = (x0, x1, x2, x3), (a0, a1, a2, a3), (c0, c1, c2, c3, t0, t1, t2, t3)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 0, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 1, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 2, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 3, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 0, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 1, acc)
+    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 2, acc)
+    return _q6_k_one4(wg, o, xs, xas, sb, d, 1, 3, acc)
 
 
 @_exact
-def _q6_k_one4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, d, h, t, c0, c1, c2, c3, t0, t1, t2, t3):
+def _q6_k_one4(wg, o, xs, xas, sb, d, h, t, acc):
     # run 4h + t of a Q6_K super-block for four tokens
     j = 4 * h + t
     kx = sb * 8 + j
     u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
     s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
     s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-    c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x0, a0, kx, s0, s1, c0, t0)
-    c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x1, a1, kx, s0, s1, c1, t1)
-    c2, t2 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x2, a2, kx, s0, s1, c2, t2)
-    c3, t3 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, x3, a3, kx, s0, s1, c3, t3)
+    c0, c1, c2, c3, t0, t1, t2, t3 = acc
+    c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[0], xas[0], kx, s0, s1, c0, t0)
+    c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[1], xas[1], kx, s0, s1, c1, t1)
+    c2, t2 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[2], xas[2], kx, s0, s1, c2, t2)
+    c3, t3 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[3], xas[3], kx, s0, s1, c3, t3)
     return c0, c1, c2, c3, t0, t1, t2, t3
 
 

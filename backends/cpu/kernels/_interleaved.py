@@ -153,41 +153,35 @@ def dpb(typingctx, acc, u, xq, xo):
 
 
 @intrinsic
-def dpbs(typingctx, acc, w, off, xq, xo):
-    """As `dpb` for 32 *signed* quants at w[off:off+32] (Q8_0): |q| against x with q's signs
-    (`_simd._sign_trick`), so AVX2's saturating pair sums stay exact (|q| <= 128, |x| <= 127)."""
+def dpq8(typingctx, acc, w, off, xq, xo):
+    """As `dpb` for 32 *signed* quants at w[off:off+32] (Q8_0); a block's sums are its signed
+    dot once `q8_dot` has seen them. With VNNI the quants go in as q + 128 (one xor: two
+    instructions a step where the sign trick takes six), which `vpdpbusd` dots exactly, as it does
+    not saturate. Otherwise |q| against x with q's signs (`_simd._sign_trick`), so AVX2's
+    saturating pair sums stay exact (|q| <= 128, |x| <= 127)."""
     if acc != i32x8 or not _is_u8_array(w) or not _is_i8_array(xq):
         return None
 
     def codegen(context, builder, sig, args):
         q = _load32(context, builder, sig, args, 1)
-        return _dpbusd_acc(builder, args[0], *_sign_trick(builder, q, _bcast4(context, builder, sig, args, 3)))
+        x = _bcast4(context, builder, sig, args, 3)
+        if HAS_VNNI:
+            return _dpbusd_acc(builder, args[0], builder.xor(q, ir.Constant(_vb32, [128] * 32)), x)
+        return _dpbusd_acc(builder, args[0], *_sign_trick(builder, q, x))
 
     return i32x8(acc, w, off, xq, xo), codegen
 
 
 @intrinsic
-def dpbo(typingctx, acc, w, off, xq, xo):
-    """As `dpbs` with VNNI: the 32 signed quants at w[off:off+32] as q + 128 (one xor), dotted
-    as they are; `sub_offset` takes 128 * sum(x) back off before the sums leave the integers.
-    vpdpbusd does not saturate, so (q + 128) * x stays exact (AVX2's pair sums would not)."""
-    if acc != i32x8 or not _is_u8_array(w) or not _is_i8_array(xq):
-        return None
-
-    def codegen(context, builder, sig, args):
-        u = builder.xor(_load32(context, builder, sig, args, 1), ir.Constant(_vb32, [128] * 32))
-        return _dpbusd_acc(builder, args[0], u, _bcast4(context, builder, sig, args, 3))
-
-    return i32x8(acc, w, off, xq, xo), codegen
-
-
-@intrinsic
-def sub_offset(typingctx, dot, xsum):
-    """dot - 128 * xsum in every lane (xsum a block's integer sum of x, given as an exact float)."""
+def q8_dot(typingctx, dot, xsum):
+    """A Q8_0 block's `dpq8` sums as the dot of its signed quants: with VNNI dot - 128 * xsum in
+    every lane (xsum the block's integer sum of x, an exact float: `xa[XI32]`), else dot."""
     if dot != i32x8:
         return None
 
     def codegen(context, builder, sig, args):
+        if not HAS_VNNI:
+            return args[0]
         c = builder.fptosi(context.cast(builder, args[1], sig.args[1], types.float32), _i32)
         return builder.sub(args[0], _splat(builder, builder.shl(c, ir.Constant(_i32, 7)), _vi8))
 
@@ -330,22 +324,13 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
         o = k * tile
         prefetch(wg, o + PREFETCH_BYTES)
         e = k * 32
-        if code == F.Q8_0 and HAS_VNNI:
-            # q + 128 against x, less 128 * sum(x): the same integers as `dpbs`' sign trick in
-            # two instructions a step instead of six
+        if code == F.Q8_0:
             a = iz8()
             b = iz8()
             for p in range(4):
-                a = dpbo(a, wg, o + q + 64 * p, xq, e + 8 * p)
-                b = dpbo(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
-            acc = scale_add(acc, sub_offset(iadd8(a, b), xa[XI32, k]), wg, o, xa[XD, k])
-        elif code == F.Q8_0:
-            a = iz8()
-            b = iz8()
-            for p in range(4):
-                a = dpbs(a, wg, o + q + 64 * p, xq, e + 8 * p)
-                b = dpbs(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
-            acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
+                a = dpq8(a, wg, o + q + 64 * p, xq, e + 8 * p)
+                b = dpq8(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
+            acc = scale_add(acc, q8_dot(iadd8(a, b), xa[XI32, k]), wg, o, xa[XD, k])
         else:
             l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
             if code == F.Q4_0 or code == F.Q4_1:

@@ -463,11 +463,16 @@ def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
 @_exact
 def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
     # run 4h + t of a Q6_K super-block for one token
+    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
+    return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + 4 * h + t, s0, s1, acc, tail)
+
+
+@_exact
+def _q6_k_unpacked(wg, o, d, h, t):
+    # run 4h + t's eight steps (`_q6_k_steps`) and the scales of its two 16-quant groups
     j = 4 * h + t
-    u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
-    s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
-    s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-    return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + j, s0, s1, acc, tail)
+    return (_q6_k_steps(wg, o, h, t), scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True),
+            scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True))
 
 
 @_exact
@@ -549,11 +554,8 @@ def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
 @_exact
 def _q6_k_one4(wg, o, xs, xas, sb, d, h, t, acc):
     # run 4h + t of a Q6_K super-block for four tokens
-    j = 4 * h + t
-    kx = sb * 8 + j
-    u0, u1, u2, u3, v0, v1, v2, v3 = _q6_k_steps(wg, o, h, t)
-    s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
-    s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+    kx = sb * 8 + 4 * h + t
+    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
     c0, c1, c2, c3, t0, t1, t2, t3 = acc
     c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[0], xas[0], kx, s0, s1, c0, t0)
     c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[1], xas[1], kx, s0, s1, c1, t1)

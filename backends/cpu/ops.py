@@ -22,10 +22,12 @@ from llamay_backends.cpu.kernels._simd import (
     vgelu_mul,
     vhsum,
     vld,
+    vmul,
     vsilu_mul,
     vsplat,
     vst,
     vst_f16,
+    vst_hsum4,
     vsub,
     vzero,
 )
@@ -516,24 +518,35 @@ def attention_merge(rows, task_start, part_m, part_l, part_o, out, r0, r1):
 @njit(fastmath=True, cache=True, error_model="numpy")  # inf/nan, never an exception
 def _merge_pieces(part_m, part_l, part_o, t0, t1, orow):
     """orow = each head's softmax-weighted sum of values over pieces t0..t1-1 of its keys
-    (`_attention_piece`), merged in order."""
-    value_dim = orow.shape[0] // part_m.shape[1]
-    for h in range(part_m.shape[1]):
+    (`_attention_piece`), merged in order. Sixteen output lanes at a time, the pieces' sum kept in
+    a register: element by element in scalar loops it cost as much as a 32-key piece (qwen2.5's
+    14 heads x 64, two pieces: 1.9 us against 2.7 for a piece)."""
+    n_heads = part_m.shape[1]
+    value_dim = orow.shape[0] // n_heads
+    weights = np.empty(t1 - t0, np.float32)
+    for h in range(n_heads):
         m = part_m[t0, h]
         for task in range(t0, t1):
             m = max(m, part_m[task, h])
         total = np.float32(0.0)
-        oo = h * value_dim
-        for c in range(oo, oo + value_dim):
-            orow[c] = 0.0
         for task in range(t0, t1):
             w = np.float32(math.exp(part_m[task, h] - m))
+            weights[task - t0] = w
             total += part_l[task, h] * w
-            for c in range(oo, oo + value_dim):
-                orow[c] += part_o[task, c] * w
         inv = np.float32(1.0) / total
-        for c in range(oo, oo + value_dim):
-            orow[c] *= inv
+        oo = h * value_dim
+        c = 0
+        while c + 16 <= value_dim:
+            acc = vzero()
+            for task in range(t0, t1):
+                acc = vfma_s(acc, vld(part_o[task], oo + c), weights[task - t0])
+            vst(orow, oo + c, vmul(acc, vsplat(inv)))
+            c += 16
+        for c in range(c, value_dim):  # a head width that is not a multiple of 16
+            o = np.float32(0.0)
+            for task in range(t0, t1):
+                o += part_o[task, oo + c] * weights[task - t0]
+            orow[oo + c] = o * inv
 
 
 @njit(fastmath=True, cache=True, error_model="numpy")  # inf/nan, never an exception
@@ -570,15 +583,27 @@ def _attention_piece(qrow, table, k_store, v_store, n_heads, group, key_dim, val
     for h in range(n_heads):
         qo = h * key_dim
         ko = h // group * key_dim
+        j = 0
+        while j + 4 <= n:  # four keys' dots, then their lane sums in one tree
+            k0, k1, k2, k3 = at[j] * width_k + ko, at[j + 1] * width_k + ko, at[j + 2] * width_k + ko, at[j + 3] * width_k + ko
+            a0, a1, a2, a3 = vzero(), vzero(), vzero(), vzero()
+            for c in range(0, key_dim, 16):
+                qc = vld(qrow, qo + c)
+                a0 = _kv_fma(a0, qc, ks, k0 + c)
+                a1 = _kv_fma(a1, qc, ks, k1 + c)
+                a2 = _kv_fma(a2, qc, ks, k2 + c)
+                a3 = _kv_fma(a3, qc, ks, k3 + c)
+            vst_hsum4(scores, j, a0, a1, a2, a3)
+            j += 4
+        for j in range(j, n):
+            kb = at[j] * width_k + ko
+            a0 = vzero()
+            for c in range(0, key_dim, 16):
+                a0 = _kv_fma(a0, vld(qrow, qo + c), ks, kb + c)
+            scores[j] = vhsum(a0)
         m = np.float32(-np.inf)
         for j in range(n):
-            kb = at[j] * width_k + ko
-            acc = vzero()
-            acc2 = vzero()
-            for c in range(0, key_dim, 32):
-                acc = _kv_fma(acc, vld(qrow, qo + c), ks, kb + c)
-                acc2 = _kv_fma(acc2, vld(qrow, qo + c + 16), ks, kb + c + 16)
-            sc = vhsum(vadd(acc, acc2)) * scale32
+            sc = scores[j] * scale32
             if cap32 > 0.0:
                 sc = cap32 * np.float32(math.tanh(sc / cap32))
             scores[j] = sc

@@ -155,3 +155,41 @@ def test_decode_rows_read_f16_pages_in_place_as_their_f32_values(n_heads, n_kv_h
     got = np.full_like(want, np.nan)
     ops._attention_vec(q, positions, seq_index, tables, ks16.view(np.uint8), vs16.view(np.uint8), *args, got)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+def test_four_lane_sums_at_once_are_each_vectors_sum():
+    # attention scores four keys at a time: one shuffle tree for four vectors (`vst_hsum4`)
+    from numba import njit
+
+    from llamay_backends.cpu.kernels._simd import vld, vst_hsum4
+
+    @njit
+    def sums(x, out, oo):
+        vst_hsum4(out, oo, vld(x, 0), vld(x, 16), vld(x, 32), vld(x, 48))
+
+    rng = np.random.default_rng(4)
+    for scale in (1.0, 1e-3, 1e4):
+        x = (rng.standard_normal(64) * scale).astype(np.float32)
+        out = np.full(7, np.nan, np.float32)
+        sums(x, out, 2)
+        np.testing.assert_allclose(out[2:6], x.reshape(4, 16).astype(np.float64).sum(axis=1), rtol=1e-5,
+                                   atol=1e-6 * scale)
+        assert np.isnan(out[[0, 1, 6]]).all()  # four floats written, no more
+
+
+@pytest.mark.parametrize("value_dim", [64, 24])
+def test_merging_pieces_weights_each_by_its_share_of_the_softmax(value_dim):
+    # pieces of one row's keys (max score, sum of weights, unnormalized values) merge in order;
+    # a head width that is not a multiple of 16 takes the scalar tail
+    rng = np.random.default_rng(value_dim)
+    n_pieces, n_heads = 5, 3
+    part_m = rng.standard_normal((n_pieces, n_heads)).astype(np.float32)
+    part_l = rng.uniform(0.5, 4.0, (n_pieces, n_heads)).astype(np.float32)
+    part_o = rng.standard_normal((n_pieces, n_heads * value_dim)).astype(np.float32)
+    out = np.full((1, n_heads * value_dim), np.nan, np.float32)
+    task_start = np.array([0, n_pieces], np.int64)
+    ops.attention_merge(np.zeros(1, np.int64), task_start, part_m, part_l, part_o, out, 0, 1)
+    w = np.exp(part_m - part_m.max(axis=0))  # [piece, head]
+    o = part_o.reshape(n_pieces, n_heads, value_dim)
+    want = (o * w[:, :, None]).sum(axis=0) / (part_l * w).sum(axis=0)[:, None]
+    np.testing.assert_allclose(out[0], want.reshape(-1), rtol=2e-6, atol=2e-6)

@@ -339,6 +339,34 @@ def vhsum(typingctx, v):
 
 
 @intrinsic
+def vst_hsum4(typingctx, out, oo, a, b, c, d):
+    """out[oo:oo+4] = the lane sums of a, b, c and d: one tree for four vectors (9 shuffles and
+    5 adds where four `vhsum`s take 16 of each; attention scores four keys at a time)."""
+    if not _is_f32_array(out) or any(v != f32x16 for v in (a, b, c, d)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        def shuf(x, y, idx):
+            return builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(_i32, len(idx)), idx))
+
+        def halves(x, y):  # lanes 0-7: x's two halves added; 8-15: y's
+            lo = shuf(x, y, list(range(8)) + list(range(16, 24)))
+            hi = shuf(x, y, list(range(8, 16)) + list(range(24, 32)))
+            return builder.fadd(lo, hi, flags=_FAST)
+
+        ab, cd = halves(args[2], args[3]), halves(args[4], args[5])
+        quarters = [k for q in range(0, 32, 8) for k in range(q, q + 4)]  # 0-3, 8-11, 16-19, 24-27
+        s = builder.fadd(shuf(ab, cd, quarters), shuf(ab, cd, [k + 4 for k in quarters]), flags=_FAST)
+        s = builder.fadd(s, shuf(s, s, [k ^ 2 for k in range(16)]), flags=_FAST)
+        s = builder.fadd(s, shuf(s, s, [k ^ 1 for k in range(16)]), flags=_FAST)
+        four = shuf(s, s, [0, 4, 8, 12])
+        builder.store(four, _ptr(context, builder, sig.args[0], args[0], args[1], ir.VectorType(_f32, 4)), align=4)
+        return context.get_dummy_value()
+
+    return types.none(out, oo, a, b, c, d), codegen
+
+
+@intrinsic
 def vfma_s(typingctx, acc, t, s):
     """acc + t * s for a scalar s (applies one block scale to a 16-lane partial dot)."""
     if acc != f32x16 or t != f32x16 or not isinstance(s, (types.Float, types.Integer)):

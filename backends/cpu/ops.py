@@ -20,8 +20,10 @@ from llamay_backends.cpu.kernels._simd import (
     vfma_s,
     vfma_vx,
     vgelu_mul,
+    vhmax,
     vhsum,
     vld,
+    vmax,
     vmul,
     vsilu_mul,
     vsplat,
@@ -601,13 +603,22 @@ def _attention_piece(qrow, table, k_store, v_store, n_heads, group, key_dim, val
             for c in range(0, key_dim, 16):
                 a0 = _kv_fma(a0, vld(qrow, qo + c), ks, kb + c)
             scores[j] = vhsum(a0)
-        m = np.float32(-np.inf)
-        for j in range(n):
-            sc = scores[j] * scale32
-            if cap32 > 0.0:
-                sc = cap32 * np.float32(math.tanh(sc / cap32))
-            scores[j] = sc
-            m = max(m, sc)
+        if cap32 > 0.0:
+            m = np.float32(-np.inf)
+            for j in range(n):
+                sc = cap32 * np.float32(math.tanh(scores[j] * scale32 / cap32))
+                scores[j] = sc
+                m = max(m, sc)
+        else:  # scaled and their maximum taken 16 at a time: a scalar max is one chain, 4 cycles a key
+            for i in range(n, n16):
+                scores[i] = -np.inf
+            sv = vsplat(scale32)
+            mv = vsplat(np.float32(-np.inf))
+            for i in range(0, n16, 16):
+                x = vmul(vld(scores, i), sv)
+                vst(scores, i, x)
+                mv = vmax(mv, x)
+            m = vhmax(mv)
         # softmax weights 16 at a time; the padding past n is zeroed before the sum
         for i in range(n, n16):
             scores[i] = m

@@ -12,20 +12,16 @@ the bytes sit.
 """
 from __future__ import annotations
 
-import mmap
-
 import numpy as np
 
-HUGE_PAGE = 2 << 20
+from llamay_core.host_memory import HUGE_PAGE, huge_page_chunk, huge_pages_available
+
 # address space a chunk maps (a larger weight gets a chunk of its own size): untouched pages
 # cost no memory, and a chunk's unused tail stays small beside a model's weights
 CHUNK_BYTES = 64 << 20
 ALIGN = 64  # a cache line: each array starts on one, as NumPy's would
 
-
-def huge_pages_available() -> bool:
-    """Whether this platform can ask for transparent huge pages on private anonymous memory."""
-    return all(hasattr(mmap, name) for name in ("MADV_HUGEPAGE", "MAP_PRIVATE", "MAP_ANONYMOUS"))
+__all__ = ["ALIGN", "CHUNK_BYTES", "HUGE_PAGE", "WeightArena", "huge_pages_available", "pages_note"]
 
 
 THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -60,19 +56,7 @@ class WeightArena:
             return np.empty(shape, dt)
         at = -(-self._at // ALIGN) * ALIGN
         if self._chunk is None or at + nbytes > self._chunk.size:
-            self._chunk = self._new_chunk(max(self.chunk_bytes, nbytes))
+            self._chunk = huge_page_chunk(max(self.chunk_bytes, nbytes))
             at = 0
         self._at = at + nbytes
         return self._chunk[at:at + nbytes].view(dt).reshape(shape)
-
-    @staticmethod
-    def _new_chunk(nbytes: int) -> np.ndarray:
-        size = -(-nbytes // HUGE_PAGE) * HUGE_PAGE
-        memory = mmap.mmap(-1, size + HUGE_PAGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-        try:
-            memory.madvise(mmap.MADV_HUGEPAGE)
-        except OSError:  # a kernel without THP: ordinary pages
-            pass
-        whole = np.frombuffer(memory, np.uint8)
-        start = -whole.ctypes.data % HUGE_PAGE  # huge pages map 2 MiB-aligned addresses only
-        return whole[start:start + size]

@@ -561,9 +561,9 @@ def _attention_piece(qrow, table, k_store, v_store, n_heads, group, key_dim, val
 
     The piece's keys are located once (page walk, one division a page); the stores are read
     through flat views made once, not a view per key (each takes and drops a reference on the
-    store). The head dimension goes in 16-lane registers: a
-    dot is key_dim/16 FMAs and one lane sum; the weighted sum keeps one 64-wide chunk of a head's
-    output in registers, two keys at a time."""
+    store). The head dimension goes in 16-lane registers: four keys' dots of key_dim/16 FMAs
+    each, then one shuffle tree for their four lane sums (`vst_hsum4`); the weighted sum keeps one
+    64-wide chunk of a head's output in registers, two keys at a time."""
     page_size = k_store.shape[1]
     width_k = _kv_width(k_store)
     width_v = _kv_width(v_store)

@@ -359,6 +359,9 @@ class Program:
         self._team_entry: Any = None  # `team.run_team`, for the pieces that say so
         self._team_pieces: dict[int, list[Any]] = {}  # a stretch's (ints, floats, as a team) pieces
         self._arange = np.arange(plan.max_tokens, dtype=np.int64)
+        self._python_bufs: set[int] = set()  # the buffers (by id) a Python step reads or writes
+        self.logits_direct = False  # whether `__call__` may write the logits into a caller's array
+        self._logits_buf = -1  # the logits buffer's row in `self.bufs`
 
     # -- building -----------------------------------------------------------------------------
     def _buf(self, name: str) -> int:
@@ -382,6 +385,10 @@ class Program:
         floats = np.zeros(N_FLOATS, np.float64)
         ints[SEL] = int(selected)
         encoded = self._encode(node, ints, floats)
+        if not encoded:
+            buffers = self.plan.buffers
+            self._python_bufs.update(id(buffers[name]) for name in (*node.inputs(), *node.outputs())
+                                     if name in buffers)
         self._encoded.append(encoded)
         self._ints.append(ints)
         self._floats.append(floats)
@@ -476,12 +483,27 @@ class Program:
                     start = None
                 if i < len(self._encoded):
                     self.segments.append(i)
+        self._find_logits()
         self.formats = kernels.formats_key(self._pairs)
         self.angle_pass = np.full(max(1, len(self.freqs)), -1, np.int64)
         self.tables = tuple(t.table() for t in (self.bufs, self.weights, self.vecs, self.freqs, self.angles, self.kv))
         if any(not isinstance(s, int) for s in self.segments):
             self._compile()
             self._compile_team()
+
+    def _find_logits(self) -> None:
+        # The logits may go straight into the array a pass returns (no copy of its rows after
+        # the pass: the copy read ~600 KB to 1 MB from other cores' caches, 80-130 us a token)
+        # where only compiled instructions touch the logits buffer and each of those covers the
+        # logit rows only, so an array of that many rows stands in for it
+        logits = self.plan.buffers.get(self.plan.graph.output)
+        k = self.bufs._ids.get(id(logits), -1) if logits is not None else -1
+        if k < 0 or id(logits) in self._python_bufs:
+            return
+        for row in self._ints:
+            if k in row[[A, B, OUT, OUT2, OUT3]] and not (row[SEL] or row[OP] == SELECT and row[OUT] == k):
+                return
+        self.logits_direct, self._logits_buf = True, k
 
     def _fuse(self, ints: list[np.ndarray], floats: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Merge interleaved matmuls of one format reading the same value (q, k, v; gate, up) into
@@ -570,8 +592,22 @@ class Program:
         self._team_threads = partial(team.team_threads, cores)  # the cores read once, Numba's count each pass
 
     # -- running ------------------------------------------------------------------------------
-    def __call__(self, p: Any) -> None:
-        """Run the pass `p` (a `PassInfo`): stretches compiled, the other steps as Python."""
+    def __call__(self, p: Any, logits: np.ndarray | None = None) -> None:
+        """Run the pass `p` (a `PassInfo`): stretches compiled, the other steps as Python.
+        `logits` (only where `logits_direct`): a float32 array [logit rows, vocabulary] the pass
+        writes the logits into, in place of the plan's buffer."""
+        if logits is None:
+            self._run_pass(p)
+            return
+        bufs = self.tables[0]
+        saved = bufs[self._logits_buf].copy()
+        bufs[self._logits_buf, :3] = (logits.ctypes.data, *logits.shape)
+        try:
+            self._run_pass(p)
+        finally:  # the caller's array may go: no later pass may find it in the table
+            bufs[self._logits_buf] = saved
+
+    def _run_pass(self, p: Any) -> None:
         n = p.n
         p.n_rows = n_rows = len(p.rows)
         pages = p.pages if len(self.kv) else np.zeros(n, np.int64)

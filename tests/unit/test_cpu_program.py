@@ -40,8 +40,11 @@ def _decode_alike(compiled, steps, prompt: list[int], n: int) -> None:
     np.testing.assert_array_equal(la, lb)
     for _ in range(n):
         token = int(np.argmax(la))
+        earlier, kept = la, la.copy()
         la, lb = a.extend([token]), b.extend([token])
         np.testing.assert_array_equal(la, lb)
+        # logits a pass returned are the caller's: the next pass writes elsewhere
+        np.testing.assert_array_equal(earlier, kept)
 
 
 def _instructions(model) -> np.ndarray:
@@ -102,6 +105,53 @@ def test_a_batch_of_sequences_gets_the_same_bits_both_ways(tmp_path):
         results.append(model.forward.run_many(chunks))
     for a, b in zip(*results):
         np.testing.assert_array_equal(a, b)
+
+
+def test_logits_go_straight_into_the_returned_array_only_where_nothing_else_touches_them(tmp_path):
+    path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0")
+    model = llamay.load(path, backend="cpu", n_ctx=64)
+    plan = model.executable
+    program, buffer = plan.program, plan.buffers[plan.graph.output]
+    assert program.logits_direct
+    ctx = model.context()
+    first = ctx.extend([5, 9, 200])
+    second = ctx.extend([int(np.argmax(first))])
+    assert not np.shares_memory(first, buffer) and not np.shares_memory(first, second)
+    # after each pass the table names the plan's own buffer again, not an array the caller may drop
+    assert program.tables[0][program._logits_buf, 0] == buffer.ctypes.data
+    assert tuple(program.tables[0][program._logits_buf, 1:3]) == buffer.shape
+    # a Python step that reads or writes the logits buffer keeps the copy after the pass
+    program._python_bufs.add(id(buffer))
+    program.logits_direct = False
+    program._find_logits()
+    assert not program.logits_direct
+    np.testing.assert_array_equal(ctx.extend([7]), model.context().extend([5, 9, 200, int(np.argmax(first)), 7]))
+
+
+@pytest.mark.parametrize("n, rows, pages", [(1, [0], 3), (5, [4], 1), (5, [0, 2, 4], 2), (20, [19], 2), (20, list(range(20)), 2),
+                                            (2, [1], 0)])
+def test_one_sequence_pass_info_is_the_general_one(n, rows, pages):
+    """The one-sequence shortcut gives the fields the per-sequence counting gives (the same batch
+    with a second, empty sequence takes that path)."""
+    from llamay_backends.cpu.plan import PassInfo
+    from llamay_core.backend_api import Batch
+
+    def batch(tables):
+        return Batch(tokens=np.arange(n, dtype=np.int32), positions=np.arange(7, 7 + n, dtype=np.int32),
+                     seq_index=np.zeros(n, np.int32), page_tables=tables,
+                     kv_lens=np.full(len(tables), 7 + n, np.int32), logit_rows=np.asarray(rows, np.int32))
+
+    table = np.arange(3, 3 + pages, dtype=np.int32)
+    one, general = PassInfo(batch([table]), 16), PassInfo(batch([table, np.zeros(0, np.int32)]), 16)
+    for field in ("n", "all_small", "logits_small", "large_segments"):
+        assert getattr(one, field) == getattr(general, field), field
+    for field in ("tokens", "positions", "seq_index", "rows", "small_rows", "slots"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(general, field))
+        assert getattr(one, field).dtype == np.int64
+    np.testing.assert_array_equal(one.tables, general.tables[:1, :max(pages, 1)])
+    assert one.tables.dtype == np.int64 and one.tables.flags.c_contiguous
+    if pages:
+        np.testing.assert_array_equal(one.pages, general.pages)
 
 
 @pytest.mark.team  # the default runner on the default model (a team, on two cores or more)

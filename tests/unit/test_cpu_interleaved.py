@@ -196,3 +196,13 @@ def test_any_runs_of_tasks_give_each_row_the_bits_of_one_run_over_all():
     assert np.isnan(part[0][:64]).all() and np.isnan(part[0][:, 16:]).all()
     for out in part[1:]:
         assert not np.isnan(out[:64]).any() and np.isnan(out[64:]).all()
+
+
+def test_the_one_token_kernels_hint_every_line_of_a_tile():
+    """`_hint_tile` hints fixed offsets of each tile (0, 64, 128, and 192, 256 for Q8_0): tile
+    after tile they must stay 64 bytes apart or closer, or some line is read unhinted."""
+    from llamay_backends.cpu.kernels import formats as F
+
+    for code, layout in IL.LAYOUTS.items():
+        offsets = [0, 64, 128] + ([192, 256] if code == F.Q8_0 else [])
+        assert offsets[-1] + 64 >= layout.tile, (code, layout.tile)

@@ -271,7 +271,8 @@ def ld_f32_elem(typingctx, w, i):
 # How far ahead of the current block the kernels prefetch weight bytes. Decode streams
 # each weight once, and the per-block work is long enough that the out-of-order window
 # covers only a few cache lines, which capped DRAM streaming at ~3 GB/s per core;
-# software prefetch a few KiB ahead restores several times that.
+# software prefetch a few KiB ahead restores several times that. The one-token block kernels
+# (`token_rows`) hint every line of the tile this far ahead into L2 (`prefetch_l2`).
 PREFETCH_BYTES = 4096
 # The K-quant decode kernels (`token_rows_k`) hint a whole super-block tile at once (18-27 lines
 # of eight rows): 4 KiB ahead that burst sat 2.4-3.6 tiles out, and their weights streamed
@@ -284,21 +285,30 @@ PREFETCH_BYTES_K = 1024
 _PREFETCH = "llvm.prefetch.p0" if llb.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 
 
-@intrinsic
-def prefetch(typingctx, w, off):
-    """Hint the cache line holding w[off] into L1 (no fault past the array's end)."""
-    if not _is_u8_array(w):
-        return None
+def _prefetch(locality: int, doc: str):
+    def hint(typingctx, w, off):
+        if not _is_u8_array(w):
+            return None
 
-    def codegen(context, builder, sig, args):
-        p = _ptr(context, builder, sig.args[0], args[0], args[1], _i8)
-        fnty = ir.FunctionType(ir.VoidType(), [p.type, _i32, _i32, _i32])
-        fn = builder.module.globals.get(_PREFETCH) or ir.Function(builder.module, fnty, _PREFETCH)
-        # read, high locality, data cache
-        builder.call(fn, [p, ir.Constant(_i32, 0), ir.Constant(_i32, 3), ir.Constant(_i32, 1)])
-        return context.get_dummy_value()
+        def codegen(context, builder, sig, args):
+            p = _ptr(context, builder, sig.args[0], args[0], args[1], _i8)
+            fnty = ir.FunctionType(ir.VoidType(), [p.type, _i32, _i32, _i32])
+            fn = builder.module.globals.get(_PREFETCH) or ir.Function(builder.module, fnty, _PREFETCH)
+            # read, this locality, data cache
+            builder.call(fn, [p, ir.Constant(_i32, 0), ir.Constant(_i32, locality), ir.Constant(_i32, 1)])
+            return context.get_dummy_value()
 
-    return types.none(w, off), codegen
+        return types.none(w, off), codegen
+
+    hint.__doc__ = doc
+    return intrinsic(hint)
+
+
+prefetch = _prefetch(3, "Hint the cache line holding w[off] into L1 (no fault past the array's end).")
+# x86 `prefetcht1`. A hint into L1 holds one of the core's few L1 miss buffers until its line
+# arrives from memory; one into L2 does not, so a kernel can hint every line of what it reads
+# next without starving its own loads (`token_rows`; docs/performance.md, twenty-first session)
+prefetch_l2 = _prefetch(2, "Hint the cache line holding w[off] into L2, not L1 (no fault past the array's end).")
 
 
 # ---------------------------------------------------------------- f32x16

@@ -98,6 +98,18 @@ def matrix_params(tensors: dict) -> int:
     return sum(t.n_elements for t in tensors.values() if len(t.shape) == 2 and t is not embd)
 
 
+def highest_bandwidth() -> tuple[float, str]:
+    """(GB/s, a line saying how it was read): the highest of the four reads of 1 GiB, NumPy's
+    sum and the 16-lane read, each on one thread and on every core. Decode runs on every core:
+    the floor is the highest figure any reader reached."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    one, every = bandwidth_gbs(), bandwidth_gbs(threads=cores)
+    read_one, read_every = simd_read_gbs(), simd_read_gbs(threads=cores)
+    bw = max(one, every, read_one, read_every)
+    return bw, (f"memory bandwidth over 1 GiB: numpy sum {one:.1f} GB/s on one thread, {every:.1f} on {cores}; "
+                f"16-lane read {read_one:.1f} on one, {read_every:.1f} on {cores}; floors use {bw:.1f}")
+
+
 def matmul_gflops(n: int = 2048) -> float:
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
@@ -108,13 +120,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-m", action="append", default=[], help="model name or path (repeatable)")
     args = parser.parse_args()
-    cores = len(os.sched_getaffinity(0))
-    one, every = bandwidth_gbs(), bandwidth_gbs(threads=cores)
-    read_one, read_every = simd_read_gbs(), simd_read_gbs(threads=cores)
-    # decode runs on every core: the floor is the highest figure any reader reached
-    bw, gf = max(one, every, read_one, read_every), matmul_gflops()
-    print(f"memory bandwidth over 1 GiB: numpy sum {one:.1f} GB/s on one thread, {every:.1f} on {cores}; "
-          f"16-lane read {read_one:.1f} on one, {read_every:.1f} on {cores}; floors use {bw:.1f}")
+    bw, line = highest_bandwidth()
+    gf = matmul_gflops()
+    print(line)
     print(f"f32 matmul (numpy, 2048^3): {gf:.1f} GFLOP/s")
     from llamay_core.files.gguf_file import open_gguf
     from llamay_core.files.model_names import resolve_model

@@ -362,6 +362,7 @@ class Program:
         self._python_bufs: set[int] = set()  # the buffers (by id) a Python step reads or writes
         self.logits_direct = False  # whether `__call__` may write the logits into a caller's array
         self._logits_buf = -1  # the logits buffer's row in `self.bufs`
+        self._logits_home: np.ndarray | None = None
 
     # -- building -----------------------------------------------------------------------------
     def _buf(self, name: str) -> int:
@@ -487,6 +488,8 @@ class Program:
         self.formats = kernels.formats_key(self._pairs)
         self.angle_pass = np.full(max(1, len(self.freqs)), -1, np.int64)
         self.tables = tuple(t.table() for t in (self.bufs, self.weights, self.vecs, self.freqs, self.angles, self.kv))
+        if self.logits_direct:  # the row naming the plan's own buffer, put back after each pass
+            self._logits_home = self.tables[0][self._logits_buf].copy()
         if any(not isinstance(s, int) for s in self.segments):
             self._compile()
             self._compile_team()
@@ -600,12 +603,11 @@ class Program:
             self._run_pass(p)
             return
         bufs = self.tables[0]
-        saved = bufs[self._logits_buf].copy()
         bufs[self._logits_buf, :3] = (logits.ctypes.data, *logits.shape)
         try:
             self._run_pass(p)
         finally:  # the caller's array may go: no later pass may find it in the table
-            bufs[self._logits_buf] = saved
+            bufs[self._logits_buf] = self._logits_home
 
     def _run_pass(self, p: Any) -> None:
         n = p.n

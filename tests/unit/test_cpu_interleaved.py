@@ -199,10 +199,14 @@ def test_any_runs_of_tasks_give_each_row_the_bits_of_one_run_over_all():
 
 
 def test_the_one_token_kernels_hint_every_line_of_a_tile():
-    """`_hint_tile` hints fixed offsets of each tile (0, 64, 128, and 192, 256 for Q8_0): tile
-    after tile they must stay 64 bytes apart or closer, or some line is read unhinted."""
-    from llamay_backends.cpu.kernels import formats as F
+    """`_hint_tile` hints `hint_lines` lines 64 bytes apart from each tile's start: tile after
+    tile they must reach the next tile's start, or some line is read unhinted."""
+    from llamay_backends.cpu.kernels._interleaved import hint_lines
 
     for code, layout in IL.LAYOUTS.items():
-        offsets = [0, 64, 128] + ([192, 256] if code == F.Q8_0 else [])
-        assert offsets[-1] + 64 >= layout.tile, (code, layout.tile)
+        lines = hint_lines(code)
+        assert 64 * lines >= layout.tile, (code, layout.tile, lines)
+        covered = set()
+        for start in range(0, 40 * layout.tile, layout.tile):
+            covered.update((start + 64 * j) // 64 for j in range(lines))
+        assert covered >= set(range((40 * layout.tile) // 64)), code

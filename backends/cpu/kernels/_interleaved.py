@@ -28,7 +28,7 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, _h2f, _i8, _i16, _i32, _is_f32_array,
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1, _h2f, _i8, _i16, _i32, _is_f32_array,
                     _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick, _splat, _vb32, _vf8, _vi8, _vi32x32,
                     b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
@@ -322,7 +322,7 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
     tail = vz8()
     for k in range(nb):
         o = k * tile
-        _hint_tile(code, wg, o + PREFETCH_BYTES)
+        _hint_tile(code, wg, o)
         e = k * 32
         if code == F.Q8_0:
             a = iz8()
@@ -342,18 +342,25 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
 
 
 @_exact
-def _hint_tile(code, wg, at):
-    # every line of the tile at `at` into L2: hints 64 bytes apart or closer, tile after tile,
-    # leave no line out (tiles: Q8_0 272 bytes, the 4- and 5-bit formats 144-192). One hint a
-    # tile into L1, as before, left the other lines to the hardware's prefetcher and held L1's
-    # miss buffers; this way whole decode went +7-11% on qwen2.5-coder:0.5b and +6-12% on
-    # gemma3:270m, each in alternated runs (docs/performance.md, twenty-first session)
-    prefetch_l2(wg, at)
-    prefetch_l2(wg, at + 64)
-    prefetch_l2(wg, at + 128)
-    if code == F.Q8_0:
-        prefetch_l2(wg, at + 192)
-        prefetch_l2(wg, at + 256)
+def hint_lines(code):
+    """Hints `token_rows` gives each tile, 64 bytes apart: with one tile after another, enough
+    that no line goes unhinted (tiles: Q8_0 272 bytes, the 4- and 5-bit formats 144-192)."""
+    return 5 if code == F.Q8_0 else 3
+
+
+@_exact
+def _hint_tile(code, wg, o):
+    # every line of the tile PREFETCH_BYTES past the one at `o` into L2, and for the 4- and 5-bit
+    # formats every line of the tile PREFETCH_BYTES_L1 past it into L1 (by then in L2). One hint
+    # a tile into L1, as before, left the other lines to the hardware's prefetcher and held L1's
+    # miss buffers on memory; the L2 hints took whole decode +7-11% on qwen2.5-coder:0.5b and
+    # +6-12% on gemma3:270m, the L1 ones Q5_0 +6% more (docs/performance.md, twenty-first and
+    # twenty-second sessions)
+    for j in range(hint_lines(code)):
+        prefetch_l2(wg, o + PREFETCH_BYTES + 64 * j)
+    if code != F.Q8_0:
+        for j in range(hint_lines(code)):
+            prefetch(wg, o + PREFETCH_BYTES_L1 + 64 * j)
 
 
 @_exact
@@ -620,6 +627,8 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
     tail = vz8()
     for sb in range(xq.shape[0] // 256):
         o = sb * tile
+        for line in range(0, tile, 64):
+            prefetch_l2(wg, o + line + PREFETCH_BYTES_K_L2)
         for line in range(0, tile, 64):
             prefetch(wg, o + line + PREFETCH_BYTES_K)
         if code == F.Q4_K:

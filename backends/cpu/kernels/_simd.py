@@ -274,6 +274,11 @@ def ld_f32_elem(typingctx, w, i):
 # software prefetch a few KiB ahead restores several times that. The one-token block kernels
 # (`token_rows`) hint every line of the tile this far ahead into L2 (`prefetch_l2`).
 PREFETCH_BYTES = 4096
+# ... and, for the 4- and 5-bit formats, every line again this far ahead into L1 (`prefetch`),
+# from L2 by then: a miss buffer then waits on L2, not memory. Cycle counters in qwen2.5-coder's
+# decode (twenty-second session): Q5_0 gate/up 27.3-28.1 -> 29.3-29.9 GB/s; 1 KiB, 3 KiB and one
+# line a tile measured no better; Q8_0 (272-byte tiles) no better either, so it has none.
+PREFETCH_BYTES_L1 = 2048
 # The K-quant decode kernels (`token_rows_k`) hint a whole super-block tile at once (18-27 lines
 # of eight rows): 4 KiB ahead that burst sat 2.4-3.6 tiles out, and their weights streamed
 # slower than the other formats'. At 1 KiB, cycle counters in qwen2.5-coder's decode: Q4_K
@@ -281,6 +286,11 @@ PREFETCH_BYTES = 4096
 # decode +2% on the AVX-512 and the forced AVX2 path (Intel Xeon; docs/performance.md,
 # seventeenth session).
 PREFETCH_BYTES_K = 1024
+# ... with each line of the tile this far ahead hinted into L2 first (`prefetch_l2`), so the burst
+# into L1 waits on L2, not memory: flush-cold streams Q4_K 0.81-0.87 -> 0.97-0.98 of a plain
+# read, Q6_K 0.85-0.90 -> 0.88-0.95 (2 and 4 KiB less); in qwen2.5-coder's decode Q4_K 23-25 ->
+# 27-28 GB/s, Q6_K 25-26 -> 26-27 (twenty-second session).
+PREFETCH_BYTES_K_L2 = 3072
 # the intrinsic's name mangles the pointer type: typed i8* before LLVM 17, opaque after
 _PREFETCH = "llvm.prefetch.p0" if llb.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 

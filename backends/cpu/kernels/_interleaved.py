@@ -748,14 +748,18 @@ def _task_rows(code, wp, XQ, XA, OUT, k0, k1, t0, t1, tile, q, m, hb):
 @njit(cache=True)
 def own_tasks(n_tasks):
     """A matmul's tasks each of two team threads runs from its end before any is shared
-    (`sync.first_share`): a quarter each."""
-    return n_tasks // 4
+    (`sync.first_share`): 15/32 each, so only the last 1/16 goes in shared takes. The second
+    thread takes from the back, each take a jump its prefetch stream starts cold after (and a
+    contended counter); with a quarter each, cycle counters in qwen2.5-coder:0.5b's decode put a
+    token's matmuls 1-4% slower in five alternated rounds, and with halves (nothing shared) the
+    wait for the slower thread ate the gain (twenty-second session)."""
+    return n_tasks * 15 // 32
 
 
 @_exact
 def team_tasks(code, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb, tid, n_threads, state):
     """`_tasks` for thread `tid` of a team (`backends/cpu/team.py`), shared as `sync.first_share`
-    and `sync.next_share` say: two threads from either end (a quarter each, then the middle to
+    and `sync.next_share` say: two threads from either end (`own_tasks` each, then the middle to
     whichever is ahead), each streaming its weights in order; more threads evenly, as Numba's
     static schedule. Each task's bits are `_tasks`'s, whichever thread runs it."""
     literally(code)

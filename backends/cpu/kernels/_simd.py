@@ -276,8 +276,8 @@ def ld_f32_elem(typingctx, w, i):
 PREFETCH_BYTES = 4096
 # ... and, for the 4- and 5-bit formats, every line again this far ahead into L1 (`prefetch`),
 # from L2 by then: a miss buffer then waits on L2, not memory. Cycle counters in qwen2.5-coder's
-# decode (twenty-second session): Q5_0 gate/up 27.3-28.1 -> 29.3-29.9 GB/s; 1 KiB, 3 KiB and one
-# line a tile measured no better; Q8_0 (272-byte tiles) no better either, so it has none.
+# decode (twenty-second session): Q5_0 gate/up 27.3-28.1 -> 29.3-29.9 GB/s; 1-1.5 KiB, 3 KiB and
+# one line a tile measured no better; Q8_0 (272-byte tiles) no better either, so it has none.
 PREFETCH_BYTES_L1 = 2048
 # The K-quant decode kernels (`token_rows_k`) hint a whole super-block tile at once (18-27 lines
 # of eight rows): 4 KiB ahead that burst sat 2.4-3.6 tiles out, and their weights streamed
@@ -288,8 +288,8 @@ PREFETCH_BYTES_L1 = 2048
 PREFETCH_BYTES_K = 1024
 # ... with each line of the tile this far ahead hinted into L2 first (`prefetch_l2`), so the burst
 # into L1 waits on L2, not memory: flush-cold streams Q4_K 0.81-0.87 -> 0.97-0.98 of a plain
-# read, Q6_K 0.85-0.90 -> 0.88-0.95 (2 and 4 KiB less); in qwen2.5-coder's decode Q4_K 23-25 ->
-# 27-28 GB/s, Q6_K 25-26 -> 26-27 (twenty-second session).
+# read, Q6_K 0.85-0.90 -> 0.88-0.95 (2 KiB less; 4 KiB as good for Q4_K, less for Q6_K); in
+# qwen2.5-coder's decode Q4_K 23-25 -> 27-28 GB/s, Q6_K 25-26 -> 26-27 (twenty-second session).
 PREFETCH_BYTES_K_L2 = 3072
 # the intrinsic's name mangles the pointer type: typed i8* before LLVM 17, opaque after
 _PREFETCH = "llvm.prefetch.p0" if llb.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"

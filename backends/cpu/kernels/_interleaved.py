@@ -28,9 +28,9 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1, _h2f, _i8, _i16, _i32, _is_f32_array,
-                    _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick, _splat, _vb32, _vf8, _vi8, _vi32x32,
-                    b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
+from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
+                    _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
+                    _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)

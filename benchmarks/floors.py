@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
+from llamay_core.host_info import usable_cores
 
 
 def best_of(fn, reps: int = 5) -> float:
@@ -102,7 +103,7 @@ def highest_bandwidth() -> tuple[float, str]:
     """(GB/s, a line saying how it was read): the highest of the four reads of 1 GiB, NumPy's
     sum and the 16-lane read, each on one thread and on every core. Decode runs on every core:
     the floor is the highest figure any reader reached."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     one, every = bandwidth_gbs(), bandwidth_gbs(threads=cores)
     read_one, read_every = simd_read_gbs(), simd_read_gbs(threads=cores)
     bw = max(one, every, read_one, read_every)

@@ -1,6 +1,8 @@
 """Facts about the host CPU that reports and backends print (no backend-specific knowledge)."""
 from __future__ import annotations
 
+import os
+
 SIMD_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "avx_vnni", "neon", "asimd", "i8mm")
 
 
@@ -15,3 +17,9 @@ def cpu_features() -> list[str]:
     except OSError:
         pass
     return []
+
+
+def usable_cores() -> int:
+    """Cores this process may run on: its affinity mask where the platform has one, else every
+    CPU the OS reports."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -25,8 +25,6 @@ LLAMAY_CPU_TEAM=0 turns the team off.
 """
 from __future__ import annotations
 
-import os
-
 import numba
 import numpy as np
 from llamay_backends.cpu import kernels, ops, sync
@@ -36,6 +34,8 @@ from llamay_backends.cpu.program import (A, ATTENTION, EMBED, MATMUL, OP, OUT, O
 from llamay_backends.cpu.kernels._interleaved import chunk_tasks, count_tasks, own_tasks, task_weight
 from numba import literally, njit, prange
 from numba.np.ufunc.parallel import _launch_threads
+
+from llamay_core.host_info import usable_cores
 
 # bytes of its next matmul's weights a thread fetches while it waits at a barrier
 PREFETCH_AHEAD = 32768
@@ -66,7 +66,7 @@ def team_cores() -> int:
     _launch_threads()  # the layer is chosen when the pool starts
     if numba.threading_layer() not in TEAM_LAYERS:
         return 0
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 def team_threads(cores: int | None = None) -> int:

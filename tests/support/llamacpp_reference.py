@@ -11,13 +11,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import importlib
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from llamay_core.host_info import usable_cores
 from tests.support import glibc_compat
 
 GGML_TYPE_F32 = 0
@@ -43,7 +43,7 @@ MISSING = "neither llama-cpp-py-sync nor llama-cpp-python is installed (pip inst
 
 
 def _threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 class _SyncModel:

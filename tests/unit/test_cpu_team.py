@@ -2,6 +2,8 @@
 bits of one parallel loop per op, and a barrier that holds every thread until all arrive."""
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
 import pytest
@@ -133,7 +135,7 @@ def test_the_default_model_decodes_the_same_as_a_team(smollm_path):
 def test_no_team_when_turned_off_or_short_of_cores(tmp_path, monkeypatch):
     _threads_or_skip()
     path = write_family_gguf(tmp_path / "m.gguf", "llama", weight_type="Q8_0")
-    monkeypatch.setattr(team.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert team.team_threads() == 0  # two threads on one core: a barrier would wait for a time slice
     monkeypatch.undo()
     monkeypatch.setenv(P.TEAM_ENV, "0")

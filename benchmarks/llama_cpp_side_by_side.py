@@ -7,8 +7,11 @@ and llama-cpp-python (when it is importable in this venv). Every rep runs each e
 in turn, so host load hits them alike; the best rep is reported.
 
 The report names the CPU model and its SIMD flags, the kernel level llamay compiled for
-(`LLAMAY_CPU_ISA=avx2` forces the AVX2-only build) and its decode activations, and for each
-llama-bench binary the CPU it reported and the GGML_* options of its build.
+(`LLAMAY_CPU_ISA=avx2` forces the AVX2-only build) and its decode activations, the BLAS
+kernels of its prompt GEMM, and for each llama-bench binary the CPU it reported and the GGML_*
+options of its build. With `LLAMAY_CPU_ISA=avx2` the script also sets `OPENBLAS_CORETYPE=Haswell`
+(unless set) before NumPy loads its BLAS, so the forced prefill is AVX2 throughout, as on an
+AVX2-only machine.
 
 `-d N` measures both with N tokens already in the context (llama-bench's -d); `-kv f16` gives
 llamay llama.cpp's default KV dtype (llamay's default is f32).
@@ -20,11 +23,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
+if os.environ.get("LLAMAY_CPU_ISA", "").strip().lower() == "avx2":  # before NumPy loads OpenBLAS
+    os.environ.setdefault("OPENBLAS_CORETYPE", "Haswell")
+
+import numpy as np  # noqa: E402
 
 SIMD_FLAGS = ("avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni",
               "avx512_bf16", "amx_int8")

@@ -105,7 +105,7 @@ class CpuBackend(BackendBase):
         repack = (f"8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) on {pages_note()}"
                   if "int8" in decode else "off")
         return {"kernels": level, "matmul": f"cpu, decode {decode} by {_decode_runner()}",
-                "gemm": "dequantized tiles + BLAS sgemm", "repack": repack}
+                "gemm": f"dequantized tiles + {isa.blas_note(isa.blas_core(), isa.requested())}", "repack": repack}
 
     def load_weights(self, tensors: Mapping[str, TensorInfo]) -> dict[str, CpuWeight]:
         t0 = time.perf_counter()

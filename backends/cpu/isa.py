@@ -6,6 +6,11 @@ Numba target an AVX2-only CPU (haswell: AVX2, FMA, F16C; no AVX-512, no VNNI) on
 machine, so the AVX2 path is a real, separately compiled build (Numba caches it apart from
 the host build) that tests and benchmarks can run where AVX-512 exists. It must take effect
 before Numba compiles anything in the process: `apply()` runs when `kernels` is imported.
+
+Prompts also run BLAS's sgemm, whose kernels OpenBLAS picks by CPU when it loads (with NumPy,
+before any of this runs): `OPENBLAS_CORETYPE=Haswell` in the environment at start forces its
+AVX2 kernels. `blas_core()` says which it took; the bench header shows it, so a forced-AVX2
+prefill figure says whether its GEMM was AVX2 too.
 """
 from __future__ import annotations
 
@@ -35,6 +40,32 @@ def apply() -> None:
         from numba.core import config
 
         config.reload_config()
+
+
+# OpenBLAS cores whose sgemm kernels use AVX-512 (its Zen and Haswell cores use AVX2)
+AVX512_BLAS_CORES = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+
+
+def blas_core() -> str | None:
+    """The CPU core OpenBLAS chose its kernels for in this process (SkylakeX, Haswell, Zen...),
+    or None where NumPy's BLAS is not an OpenBLAS that says."""
+    import numpy  # noqa: F401  (loads the BLAS that threadpoolctl finds among the loaded libraries)
+    from threadpoolctl import threadpool_info
+
+    for lib in threadpool_info():
+        if lib.get("internal_api") == "openblas" and lib.get("architecture"):
+            return str(lib["architecture"])
+    return None
+
+
+def blas_note(core: str | None, level: str) -> str:
+    """What the bench header says of the GEMM's BLAS kernels at kernel level `level`."""
+    if core is None:
+        return "BLAS sgemm"
+    note = f"BLAS sgemm (OpenBLAS {core})"
+    if level == "avx2" and core.lower() in AVX512_BLAS_CORES:
+        note += ", AVX-512 kernels: OPENBLAS_CORETYPE=Haswell at start makes them AVX2 too"
+    return note
 
 
 def describe(features: set[str]) -> str:

@@ -67,3 +67,19 @@ def test_level_names_and_bad_choice(monkeypatch):
     monkeypatch.setenv("LLAMAY_CPU_ISA", "sse9")
     with pytest.raises(ValueError, match="LLAMAY_CPU_ISA='sse9': expected one of auto, avx2"):
         isa.requested()
+
+
+def test_blas_note_says_when_a_forced_avx2_run_keeps_avx512_gemm():
+    assert isa.blas_note(None, "avx2") == "BLAS sgemm"
+    assert isa.blas_note("Haswell", "avx2") == "BLAS sgemm (OpenBLAS Haswell)"
+    assert isa.blas_note("SkylakeX", "auto") == "BLAS sgemm (OpenBLAS SkylakeX)"
+    assert "OPENBLAS_CORETYPE=Haswell" in isa.blas_note("SkylakeX", "avx2")
+
+
+def test_blas_core_follows_openblas_coretype():
+    if isa.blas_core() is None:
+        pytest.skip("NumPy's BLAS here is not an OpenBLAS that names its core")
+    code = "from llamay_backends.cpu import isa; print(isa.blas_core())"
+    env = {**os.environ, "OPENBLAS_CORETYPE": "Haswell"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "Haswell"

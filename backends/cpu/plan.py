@@ -41,11 +41,18 @@ class PassInfo:
 
     @property
     def slots(self) -> np.ndarray:
-        return self.positions % self.page_size
+        return self.positions % self.page_size if self._slots is None else self._slots
 
     def __init__(self, batch: Batch, page_size: int) -> None:
         self.batch = batch
         self.n = n = batch.n_tokens
+        # (tokens, positions, seq_index, tables, pages, slots, rows) as the compiled program takes
+        # them, where they were built that way at once (`_one_token`); else None
+        self.compiled_fields: tuple[np.ndarray, ...] | None = None
+        self._slots: np.ndarray | None = None
+        if n == 1 and len(batch.page_tables) == 1 and len(batch.logit_rows) == 1:
+            self._one_token(batch, page_size)
+            return
         self.tokens = batch.tokens.astype(np.int64)
         self.positions = batch.positions.astype(np.int64)
         self.seq_index = batch.seq_index.astype(np.int64)
@@ -80,6 +87,37 @@ class PassInfo:
         for s in np.nonzero(counts > GROUPED_MAX_ROWS)[0]:
             idx = np.nonzero(self.seq_index == s)[0]
             self.large_segments.append((int(idx[0]), int(idx[-1]) + 1))
+
+
+    def _one_token(self, batch: Batch, page_size: int) -> None:
+        # a decode token: every field a view of one int64 array filled from Python ints, one
+        # NumPy allocation where the paths above make a dozen calls, each ~10x its warm time
+        # here (the token's weights have just streamed through every cache level): with
+        # `compiled_fields` and the team's thread count, qwen2.5-coder and smollm2 ~80 us a token
+        table = batch.page_tables[0]
+        width = len(table)
+        position = int(batch.positions[0])
+        page = position // page_size
+        # token, position, seq_index, row, small row, page, slot, then the page table
+        fields = np.zeros(7 + max(width, 1), np.int64)
+        fields[0] = batch.tokens[0]
+        fields[1] = position
+        fields[3] = batch.logit_rows[0]
+        fields[6] = position % page_size
+        fields[7:7 + width] = table
+        self.tokens, self.positions, self.seq_index, self.rows = fields[0:1], fields[1:2], fields[2:3], fields[3:4]
+        self.small_rows, self._slots = fields[4:5], fields[6:7]
+        self.tables = fields[7:].reshape(1, -1)
+        self.page_size = page_size
+        self.angles = {}
+        self.large_segments = []
+        self.logits_small = self.all_small = True
+        self._pages = None
+        if page < width:  # else no page holds the position: `pages` raises as on the other paths
+            fields[5] = table[page]
+            self._pages = fields[5:6]
+            self.compiled_fields = (self.tokens, self.positions, self.seq_index, self.tables, self._pages,
+                                    self._slots, self.rows)
 
 
 def _tokens_count(p: "PassInfo") -> int:

@@ -592,7 +592,8 @@ class Program:
         team.run_team.compile(sig)
         self._team_entry = team.run_team.overloads[sig].entry_point
         self._team_entry(self.formats, *args)
-        self._team_threads = partial(team.team_threads, cores)  # the cores read once, Numba's count each pass
+        # the cores read once, Numba's count each pass
+        self._team_threads = partial(team.team_threads, cores, team.thread_count_reader())
 
     # -- running ------------------------------------------------------------------------------
     def __call__(self, p: Any, logits: np.ndarray | None = None) -> None:
@@ -612,10 +613,13 @@ class Program:
     def _run_pass(self, p: Any) -> None:
         n = p.n
         p.n_rows = n_rows = len(p.rows)
-        pages = p.pages if len(self.kv) else np.zeros(n, np.int64)
-        # the entry point does not check types: each array as compiled (int64, C-contiguous)
-        per_pass = tuple(np.ascontiguousarray(a, np.int64) for a in
-                         (p.tokens, p.positions, p.seq_index, p.tables, pages, p.slots, p.rows))
+        if p.compiled_fields is not None and len(self.kv):
+            per_pass = p.compiled_fields  # a decode token's, built as the entry point takes them
+        else:
+            pages = p.pages if len(self.kv) else np.zeros(n, np.int64)
+            # the entry point does not check types: each array as compiled (int64, C-contiguous)
+            per_pass = tuple(np.ascontiguousarray(a, np.int64) for a in
+                             (p.tokens, p.positions, p.seq_index, p.tables, pages, p.slots, p.rows))
         steps = self.plan.steps
         # a team while the threads it needs are there (a caller may have changed Numba's count)
         threads = self._team_threads() if self._team_entry is not None else 0

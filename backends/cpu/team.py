@@ -25,6 +25,8 @@ LLAMAY_CPU_TEAM=0 turns the team off.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numba
 import numpy as np
 from llamay_backends.cpu import kernels, ops, sync
@@ -33,6 +35,7 @@ from llamay_backends.cpu.program import (A, ATTENTION, EMBED, MATMUL, OP, OUT, O
                                          _f32_3d, _f64_1d, _f64_2d, _u8_2d, _u8_3d, bias_rows, local_step, select_rows)
 from llamay_backends.cpu.kernels._interleaved import chunk_tasks, count_tasks, own_tasks, task_weight
 from numba import literally, njit, prange
+from numba.np.ufunc import parallel as numba_parallel
 from numba.np.ufunc.parallel import _launch_threads
 
 from llamay_core.host_info import usable_cores
@@ -69,12 +72,22 @@ def team_cores() -> int:
     return usable_cores()
 
 
-def team_threads(cores: int | None = None) -> int:
+def thread_count_reader() -> Callable[[], int]:
+    """A function that reads Numba's thread count for the calling thread now, as
+    `numba.get_num_threads` does, but straight from the threading layer: that function first
+    takes two locks, one a multiprocessing lock, ~30 us a decode token right after the token's
+    weights streamed through the caches (smollm2:135m), and a program asks every pass."""
+    _launch_threads()  # the layer's counter exists once its pool is up
+    read = getattr(numba_parallel, "_get_num_threads", None)  # Numba's own, private: else the public one
+    return read if read is not None else numba.get_num_threads
+
+
+def team_threads(cores: int | None = None, read: Callable[[], int] | None = None) -> int:
     """Threads a team would have now (Numba's count, which a caller may change), or 0 where a
     team cannot run: no team layer, or more threads than cores to run them. `cores`: what
-    `team_cores()` said, where a caller asks every pass (it is a system call)."""
+    `team_cores()` said, and `read` a `thread_count_reader()`, where a caller asks every pass."""
     cores = team_cores() if cores is None else cores
-    threads = numba.get_num_threads()
+    threads = int((read or numba.get_num_threads)())
     return threads if 1 < threads <= cores else 0
 
 

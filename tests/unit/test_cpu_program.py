@@ -152,6 +152,15 @@ def test_one_sequence_pass_info_is_the_general_one(n, rows, pages):
     assert one.tables.dtype == np.int64 and one.tables.flags.c_contiguous
     if pages:
         np.testing.assert_array_equal(one.pages, general.pages)
+    if one.compiled_fields is not None:  # a decode token's: the arrays the entry point takes, as they are
+        assert n == 1 and pages
+        expected = (general.tokens, general.positions, general.seq_index, general.tables[:1, :pages], general.pages,
+                    general.slots, general.rows)
+        for got, want in zip(one.compiled_fields, expected, strict=True):
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == np.int64 and got.flags.c_contiguous
+    else:
+        assert n > 1 or not pages
 
 
 @pytest.mark.team  # the default runner on the default model (a team, on two cores or more)

@@ -142,3 +142,16 @@ def test_no_team_when_turned_off_or_short_of_cores(tmp_path, monkeypatch):
     model = llamay.load(path, backend="cpu", n_ctx=64)
     assert model.executable.program._team_entry is None
     assert numba.get_num_threads() >= 2
+
+
+def test_the_thread_count_a_program_reads_each_pass_follows_numba():
+    _threads_or_skip()
+    read, before = team.thread_count_reader(), numba.get_num_threads()
+    assert read() == before
+    try:
+        numba.set_num_threads(1)
+        assert read() == numba.get_num_threads() == 1
+        assert team.team_threads(before, read) == 0  # one thread: no team, the pass runs `_run`
+    finally:
+        numba.set_num_threads(before)
+    assert team.team_threads(before, read) == before

@@ -7,6 +7,11 @@ once, scaled by the eight rows' half scales (one vector conversion) times the ac
 block scale. Offsets (a format's zero point, Q4_0's -8 d, or a minimum) go to a second f32x8,
 `tail`, added at the end: out = acc + c * tail, c a power of two or 1, so exact.
 
+With AVX-512 VNNI (`HAS_VNNI_512`) one token's 4-, 5- and 8-bit blocks take their eight steps two
+at a time in 512-bit vectors (`nib_block16`, `q8_block16`): four `vpdpbusd` a block, the same
+integers, so the same bits. One thread from L2 (AMD EPYC, Zen 5): Q4_0 and Q4_1 +17-24%, Q5_0
++7-8%, Q8_0 +7-11% (docs/performance.md, twenty-third session).
+
 Same contract as the grouped kernels (`_grouped.py`): a token's bits do not depend on the other
 tokens of the call. Each token runs the same sequence of exact integer dots and explicit
 `llvm.fma`s, no fast-math flags, whether alone or in a block of four that shares each block's
@@ -28,7 +33,7 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
+from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
                     _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
@@ -188,6 +193,98 @@ def q8_dot(typingctx, dot, xsum):
     return i32x8(dot, xsum), codegen
 
 
+_vb64 = ir.VectorType(_i8, 64)
+_vi16 = ir.VectorType(_i32, 16)
+
+
+def _dpbusd512(builder, acc, u, s):
+    fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.512", _vi16, [_vi16, _vi16, _vi16])
+    return builder.call(fn, [acc, builder.bitcast(u, _vi16), s])
+
+
+def _x_pairs(context, builder, sig, args, i):
+    """x[e:e+32] (args i, i+1) as four 512-bit operands, k = 0..3: x[e+8k:e+8k+4] in every lane of
+    the low half, x[e+8k+4:e+8k+8] in the high half, to dot two 256-bit steps at once."""
+    xv = builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], _vi8), align=1)
+    return [builder.shuffle_vector(xv, xv, ir.Constant(_vi16, [2 * k] * 8 + [2 * k + 1] * 8)) for k in range(4)]
+
+
+def _halves_sum(builder, v):
+    """The low and high 256-bit halves of a 512-bit sum added: the eight rows' sums."""
+    lo = builder.shuffle_vector(v, v, ir.Constant(_vi8, list(range(8))))
+    hi = builder.shuffle_vector(v, v, ir.Constant(_vi8, list(range(8, 16))))
+    return builder.add(lo, hi)
+
+
+def _load64(context, builder, sig, args, i, extra=0):
+    p = _ptr(context, builder, sig.args[i], args[i], builder.add(args[i + 1], ir.Constant(args[i + 1].type, extra)),
+             _vb64)
+    return builder.load(p, align=1)
+
+
+@intrinsic
+def nib_block16(typingctx, w, qo, ho, xq, e, fifth):
+    """A 4- or 5-bit block's integer sums in 512-bit steps (AVX-512 VNNI): the integers
+    `_eight_steps` (and `_paired_steps`) give, from four `vpdpbusd` where they take eight. Two
+    256-bit steps share each vector: steps p, p + 1 are the 64 bytes at w[qo + 32p:], their low
+    nibbles, and steps p + 4, p + 5 their high ones; with `fifth` (Q5_0, Q5_1) step p's fifth bit
+    is bit p of the bytes at w[ho:ho+32], moved to bit 4 by a dword shift (no bit crosses a byte:
+    only bit 4 is kept)."""
+    if not _is_u8_array(w) or not _is_i8_array(xq) or not isinstance(fifth, types.BooleanLiteral):
+        return None
+    with_fifth = fifth.literal_value
+
+    def codegen(context, builder, sig, args):
+        x0, x1, x2, x3 = _x_pairs(context, builder, sig, args, 3)
+        q01 = _load64(context, builder, sig, args, 0)
+        q23 = _load64(context, builder, sig, args, 0, 64)
+        m15 = ir.Constant(_vb64, [15] * 64)
+        four = ir.Constant(_vb64, [4] * 64)
+        lo01, lo23 = builder.and_(q01, m15), builder.and_(q23, m15)
+        hi01, hi23 = builder.and_(builder.lshr(q01, four), m15), builder.and_(builder.lshr(q23, four), m15)
+        if with_fifth:
+            h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[2], _vi8), align=1)
+            h = builder.shuffle_vector(h, h, ir.Constant(_vi16, list(range(8)) * 2))
+            bit4 = ir.Constant(_vi16, [0x10101010] * 16)
+
+            def fifth_bits(shifted):
+                return builder.bitcast(builder.and_(shifted, bit4), _vb64)
+
+            def shifts(a, b):
+                return ir.Constant(_vi16, [a] * 8 + [b] * 8)
+
+            # step p's bit p (p < 4) up to bit 4; step p + 4's bit p + 4 down to it
+            lo01 = builder.or_(lo01, fifth_bits(builder.shl(h, shifts(4, 3))))
+            lo23 = builder.or_(lo23, fifth_bits(builder.shl(h, shifts(2, 1))))
+            hi01 = builder.or_(hi01, fifth_bits(builder.lshr(h, shifts(0, 1))))
+            hi23 = builder.or_(hi23, fifth_bits(builder.lshr(h, shifts(2, 3))))
+        zero = ir.Constant(_vi16, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, lo01, x0), lo23, x1)
+        b = _dpbusd512(builder, _dpbusd512(builder, zero, hi01, x2), hi23, x3)
+        return _halves_sum(builder, builder.add(a, b))
+
+    return i32x8(w, qo, ho, xq, e, fifth), codegen
+
+
+@intrinsic
+def q8_block16(typingctx, w, qo, xq, e):
+    """A Q8_0 block's `dpq8` sums (eight steps at w[qo:qo+256]) in four 512-bit `vpdpbusd`, the
+    quants as q + 128 as there: the integers `q8_dot` takes."""
+    if not _is_u8_array(w) or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xs = _x_pairs(context, builder, sig, args, 2)
+        flip = ir.Constant(_vb64, [128] * 64)
+        qs = [builder.xor(_load64(context, builder, sig, args, 0, 64 * p), flip) for p in range(4)]
+        zero = ir.Constant(_vi16, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, qs[0], xs[0]), qs[2], xs[2])
+        b = _dpbusd512(builder, _dpbusd512(builder, zero, qs[1], xs[1]), qs[3], xs[3])
+        return _halves_sum(builder, builder.add(a, b))
+
+    return i32x8(w, qo, xq, e), codegen
+
+
 def _halves8(context, builder, sig, args, i):
     """Eight halfs at w[off:off+16] (args i, i+1) as f32x8."""
     h = builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], ir.VectorType(_i16, 8)), align=1)
@@ -325,12 +422,22 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
         _hint_tile(code, wg, o)
         e = k * 32
         if code == F.Q8_0:
-            a = iz8()
-            b = iz8()
-            for p in range(4):
-                a = dpq8(a, wg, o + q + 64 * p, xq, e + 8 * p)
-                b = dpq8(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
-            acc = scale_add(acc, q8_dot(iadd8(a, b), xa[XI32, k]), wg, o, xa[XD, k])
+            if HAS_VNNI_512:
+                d = q8_block16(wg, o + q, xq, e)
+            else:
+                a = iz8()
+                b = iz8()
+                for p in range(4):
+                    a = dpq8(a, wg, o + q + 64 * p, xq, e + 8 * p)
+                    b = dpq8(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
+                d = iadd8(a, b)
+            acc = scale_add(acc, q8_dot(d, xa[XI32, k]), wg, o, xa[XD, k])
+        elif HAS_VNNI_512:
+            if code == F.Q5_0 or code == F.Q5_1:
+                d = nib_block16(wg, o + q, o + hb, xq, e, True)
+            else:
+                d = nib_block16(wg, o + q, o + hb, xq, e, False)
+            acc, tail = _block_sums(d, iz8(), wg, o, m, xa, k, acc, tail)
         else:
             l0, l1, l2, l3, h0, h1, h2, h3 = _block_steps(code, wg, o, q, hb)
             if code == F.Q4_0 or code == F.Q4_1:

@@ -122,6 +122,8 @@ FEATURES: frozenset[str] = frozenset(_target_features())  # of the target Numba 
 _X86 = llb.get_process_triple().split("-")[0] in ("x86_64", "i386", "i686")
 # vpdpbusd on 256-bit vectors: AVX512-VNNI with VL, or AVX-VNNI
 HAS_VNNI: bool = _X86 and (("avx512vnni" in FEATURES and "avx512vl" in FEATURES) or "avxvnni" in FEATURES)
+# vpdpbusd on 512-bit vectors, with AVX-512BW's byte ops: a block's eight steps in four dots
+HAS_VNNI_512: bool = _X86 and {"avx512f", "avx512bw", "avx512vnni"} <= FEATURES
 # vpmaddubsw/vpmaddwd for the int8 dots where VNNI is missing
 HAS_AVX2: bool = _X86 and "avx2" in FEATURES
 # hardware half->float; x86 without F16C would lower fpext to a libcall the JIT lacks

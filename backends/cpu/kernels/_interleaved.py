@@ -7,10 +7,11 @@ once, scaled by the eight rows' half scales (one vector conversion) times the ac
 block scale. Offsets (a format's zero point, Q4_0's -8 d, or a minimum) go to a second f32x8,
 `tail`, added at the end: out = acc + c * tail, c a power of two or 1, so exact.
 
-With AVX-512 VNNI (`HAS_VNNI_512`) one token's 4-, 5- and 8-bit blocks take their eight steps two
-at a time in 512-bit vectors (`nib_block16`, `q8_block16`): four `vpdpbusd` a block, the same
-integers, so the same bits. One thread from L2 (AMD EPYC, Zen 5): Q4_0 and Q4_1 +17-24%, Q5_0
-+7-8%, Q8_0 +7-11% (docs/performance.md, twenty-third session).
+With AVX-512 VNNI (`HAS_VNNI_512`) one token's blocks and K-quant runs take their eight steps two
+at a time in 512-bit vectors (`nib_block16`, `q8_block16`, `nib_run16`, `q6_k_group16`): four
+`vpdpbusd` where eight were, the same integers, so the same bits. One thread from L2 (AMD EPYC,
+Zen 5): Q4_0 and Q4_1 +17-24%, Q5_0 +7-8%, Q8_0 +7-11%, Q6_K +20-22%, Q4_K +0-2%
+(docs/performance.md, twenty-third session).
 
 Same contract as the grouped kernels (`_grouped.py`): a token's bits do not depend on the other
 tokens of the call. Each token runs the same sequence of exact integer dots and explicit
@@ -216,9 +217,10 @@ def _halves_sum(builder, v):
     return builder.add(lo, hi)
 
 
-def _load64(context, builder, sig, args, i, extra=0):
-    p = _ptr(context, builder, sig.args[i], args[i], builder.add(args[i + 1], ir.Constant(args[i + 1].type, extra)),
-             _vb64)
+def _load64(context, builder, sig, args, i, extra=0, at=None):
+    """The 64 bytes at array args[i], from index args[at] (default args[i + 1]) + `extra`."""
+    j = i + 1 if at is None else at
+    p = _ptr(context, builder, sig.args[i], args[i], builder.add(args[j], ir.Constant(args[j].type, extra)), _vb64)
     return builder.load(p, align=1)
 
 
@@ -264,6 +266,62 @@ def nib_block16(typingctx, w, qo, ho, xq, e, fifth):
         return _halves_sum(builder, builder.add(a, b))
 
     return i32x8(w, qo, ho, xq, e, fifth), codegen
+
+
+@intrinsic
+def nib_run16(typingctx, w, qo, xq, e, high):
+    """A Q4_K run's integer sums in 512-bit steps: the low (or `high`) nibbles of the 256 bytes
+    at w[qo:], steps 2i, 2i + 1 in the 64 bytes at qo + 64i, against x[e:e+32]; the integers
+    `_eight_steps` gives a run (`_q4_k_steps`), from four `vpdpbusd` where it takes eight."""
+    if not _is_u8_array(w) or not _is_i8_array(xq) or not isinstance(high, types.BooleanLiteral):
+        return None
+    upper = high.literal_value
+
+    def codegen(context, builder, sig, args):
+        xs = _x_pairs(context, builder, sig, args, 2)
+        m15 = ir.Constant(_vb64, [15] * 64)
+        ns = []
+        for i in range(4):
+            v = _load64(context, builder, sig, args, 0, 64 * i)
+            ns.append(builder.and_(builder.lshr(v, ir.Constant(_vb64, [4] * 64)) if upper else v, m15))
+        zero = ir.Constant(_vi16, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, ns[0], xs[0]), ns[1], xs[1])
+        b = _dpbusd512(builder, _dpbusd512(builder, zero, ns[2], xs[2]), ns[3], xs[3])
+        return _halves_sum(builder, builder.add(a, b))
+
+    return i32x8(w, qo, xq, e, high), codegen
+
+
+@intrinsic
+def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
+    """Steps 4g..4g+3 (g = `group`) of a Q6_K run in 512-bit steps: low four bits the nibbles
+    (shift 4 (t >> 1)) of the 128 bytes at w[lo + 128g:], the two high bits bits 2t, 2t + 1 of
+    those at w[hi + 128g:], moved to bits 4-5 by a dword shift (they stay in their byte);
+    against x[e + 16g:e + 16g + 16]: the integers `_eight_steps` gives as a or b."""
+    if (not _is_u8_array(w) or not _is_i8_array(xq) or not isinstance(t, types.IntegerLiteral)
+            or not isinstance(group, types.IntegerLiteral)):
+        return None
+    tt, g = t.literal_value, group.literal_value
+
+    def codegen(context, builder, sig, args):
+        xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
+        m15 = ir.Constant(_vb64, [15] * 64)
+        bits45 = ir.Constant(_vi16, [0x30303030] * 16)
+        units = []
+        for i in range(2):
+            q = _load64(context, builder, sig, args, 0, 128 * g + 64 * i)
+            if tt >= 2:
+                q = builder.lshr(q, ir.Constant(_vb64, [4] * 64))
+            h = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi16)
+            shift = 4 - 2 * tt
+            h = builder.shl(h, ir.Constant(_vi16, [shift] * 16)) if shift > 0 else (
+                builder.lshr(h, ir.Constant(_vi16, [-shift] * 16)) if shift < 0 else h)
+            units.append(builder.or_(builder.and_(q, m15), builder.bitcast(builder.and_(h, bits45), _vb64)))
+        zero = ir.Constant(_vi16, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
+        return _halves_sum(builder, a)
+
+    return i32x8(w, lo, hi, xq, e, t, group), codegen
 
 
 @intrinsic
@@ -546,10 +604,17 @@ def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
     dmin = halves(wg, o + 16)
     for p in range(4):
         kx = sb * 8 + 2 * p
-        for half in range(2):
-            u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
-            s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
-            acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32 + 32 * half, xa[XD, kx + half], s, acc)
+        if HAS_VNNI_512:  # both runs' steps two at a time: the same integers
+            qo = o + _Q4_K_Q + 256 * p
+            acc = dot_add(acc, nib_run16(wg, qo, xq, kx * 32, False), scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p, False),
+                          xa[XD, kx])
+            acc = dot_add(acc, nib_run16(wg, qo, xq, kx * 32 + 32, True),
+                          scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8, False), xa[XD, kx + 1])
+        else:
+            for half in range(2):
+                u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
+                s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+                acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32 + 32 * half, xa[XD, kx + half], s, acc)
         tail = _q4_k_tail(wg, o, dmin, p, xa, kx, tail)
     return acc, tail
 
@@ -592,6 +657,18 @@ def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
 @_exact
 def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
     # run 4h + t of a Q6_K super-block for one token
+    literally(t)  # the wide steps' shifts are constants of t
+    if HAS_VNNI_512:  # its steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+        j = 4 * h + t
+        kx = sb * 8 + j
+        lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
+        hi = o + _Q6_K_QH + 256 * h
+        s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
+        s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+        acc = dot_add(acc, q6_k_group16(wg, lo, hi, xq, kx * 32, t, 0), s0, xa[XD, kx])
+        acc = dot_add(acc, q6_k_group16(wg, lo, hi, xq, kx * 32, t, 1), s1, xa[XD, kx])
+        tail = offset_add(tail, s0, xa[XC16, 2 * kx])
+        return acc, offset_add(tail, s1, xa[XC16, 2 * kx + 1])
     (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
     return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + 4 * h + t, s0, s1, acc, tail)
 

@@ -10,8 +10,9 @@ is one Numba pass per row (`block_softmax`) that releases the GIL, so both threa
 
 A row's bits must not depend on how its prompt was cut into passes (a forked context's question
 and the same text prefilled at once must generate the same tokens): every product has the same
-shape whatever the segment (QUERY_ROWS x group rows, zero-padded; BLOCK keys, on a grid anchored
-at key 0, zero-padded), scores sum per block, and blocks add in key order. Keys outside a row's
+shape whatever the segment (QUERY_ROWS x group rows on a grid of positions anchored at 0,
+zero-padded: a row at the same place in every product; BLOCK keys, on a grid anchored at key 0,
+zero-padded), scores sum per block, and blocks add in key order. Keys outside a row's
 causal window weigh exactly 0, so the blocks a task computes beyond a row's own add only zeros
 to it, and a task skips the blocks that no row of its tile can see.
 """
@@ -112,14 +113,19 @@ def segment_attention(q: np.ndarray, positions: np.ndarray, table: np.ndarray, k
     group = n_heads // n_kv_heads
     rows = b - a
     m_rows = QUERY_ROWS * group
-    tasks = [(h, r0, min(rows, r0 + QUERY_ROWS)) for h in range(n_kv_heads) for r0 in range(0, rows, QUERY_ROWS)]
+    # query tiles on a grid of positions anchored at 0, as the key blocks are: a row sits at the
+    # same place in its tile's product whatever the segment, as some BLAS kernels' bits depend on
+    # a row's place (OpenBLAS's Haswell sgemm, AMD EPYC: a row moved by 1-11 of 192 changed bits)
+    starts = range(p0 // QUERY_ROWS * QUERY_ROWS, p1 + 1, QUERY_ROWS)
+    tasks = [(h, max(0, t - p0), min(rows, t + QUERY_ROWS - p0)) for h in range(n_kv_heads) for t in starts]
 
     def task(h: int, r0: int, r1: int) -> None:
         used = (r1 - r0) * group
+        at = int(pos[r0]) % QUERY_ROWS * group  # the tile's first row's place on the grid
         qb = np.zeros((m_rows, key_dim), np.float32)
-        qb[:used] = q[a + r0:a + r1, h * group * key_dim:(h + 1) * group * key_dim].reshape(used, key_dim)
+        qb[at:at + used] = q[a + r0:a + r1, h * group * key_dim:(h + 1) * group * key_dim].reshape(used, key_dim)
         qpos = np.full(m_rows, pos[r1 - 1], np.int64)  # padding rows: any position, their output is dropped
-        qpos[:used] = np.repeat(pos[r0:r1], group)  # each row's group of heads, row by row
+        qpos[at:at + used] = np.repeat(pos[r0:r1], group)  # each row's group of heads, row by row
         # blocks from the first one the tile's first row can see to the one holding its last row
         first = (max(0, int(pos[r0]) - window + 1 - key0) if window > 0 else 0) // block
         last = (int(pos[r1 - 1]) - key0) // block + 1
@@ -134,7 +140,7 @@ def segment_attention(q: np.ndarray, positions: np.ndarray, table: np.ndarray, k
         for j in range(first, last):
             o += s[:, (j - first) * block:(j - first + 1) * block] @ vh[j * block:(j + 1) * block]
         o /= total[:, None]
-        out[a + r0:a + r1, h * group * value_dim:(h + 1) * group * value_dim] = o[:used].reshape(r1 - r0, -1)
+        out[a + r0:a + r1, h * group * value_dim:(h + 1) * group * value_dim] = o[at:at + used].reshape(r1 - r0, -1)
 
     if pool is None or len(tasks) == 1:
         for t in tasks:

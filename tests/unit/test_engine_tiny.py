@@ -31,8 +31,12 @@ def test_many_sequences_in_one_pass_equal_separate_passes(tiny):
     out = tiny.forward.run_many([SequenceChunk(a, IDS[:7], True), SequenceChunk(b, IDS[3:12], True)])
     sep_a = tiny.logits(IDS[:7])
     sep_b = tiny.logits(IDS[3:12])
-    np.testing.assert_allclose(out[0], sep_a, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(out[1], sep_b, rtol=1e-4, atol=1e-4)
+    # the reference's matmuls promise no bits across batch shapes (some BLAS kernels' rows differ
+    # with their place: OpenBLAS's Haswell sgemm); a last-bit difference in a key can round to the
+    # next float16, or the next 8-bit step, so those stores get their quantization's tolerance
+    tol = 1e-4 if tiny.kv_spec.dtype == "f32" else 5e-2
+    np.testing.assert_allclose(out[0], sep_a, rtol=1e-4, atol=tol * np.abs(sep_a).max())
+    np.testing.assert_allclose(out[1], sep_b, rtol=1e-4, atol=tol * np.abs(sep_b).max())
     a.release()
     b.release()
 

@@ -50,17 +50,17 @@ class PassInfo:
         # them, where they were built that way at once (`_one_token`); else None
         self.compiled_fields: tuple[np.ndarray, ...] | None = None
         self._slots: np.ndarray | None = None
+        self.page_size = page_size
+        self._pages: np.ndarray | None = None
+        self.angles: dict[tuple[bytes, float], tuple[np.ndarray, np.ndarray]] = {}  # rope's, per frequencies
+        self.large_segments = []  # contiguous row ranges of sequences with many rows
         if n == 1 and len(batch.page_tables) == 1 and len(batch.logit_rows) == 1:
             self._one_token(batch, page_size)
             return
         self.tokens = batch.tokens.astype(np.int64)
         self.positions = batch.positions.astype(np.int64)
         self.seq_index = batch.seq_index.astype(np.int64)
-        self.page_size = page_size
-        self._pages: np.ndarray | None = None
-        self.angles: dict[tuple[bytes, float], tuple[np.ndarray, np.ndarray]] = {}  # rope's, per frequencies
         self.rows = batch.logit_rows.astype(np.int64)
-        self.large_segments = []  # contiguous row ranges of sequences with many rows
         if len(batch.page_tables) == 1:
             # one sequence, a decode token's case: the same fields without the per-sequence
             # counting below, whose NumPy calls cost ~10x their warm time here (the token's
@@ -108,11 +108,7 @@ class PassInfo:
         self.tokens, self.positions, self.seq_index, self.rows = fields[0:1], fields[1:2], fields[2:3], fields[3:4]
         self.small_rows, self._slots = fields[4:5], fields[6:7]
         self.tables = fields[7:].reshape(1, -1)
-        self.page_size = page_size
-        self.angles = {}
-        self.large_segments = []
         self.logits_small = self.all_small = True
-        self._pages = None
         if page < width:  # else no page holds the position: `pages` raises as on the other paths
             fields[5] = table[page]
             self._pages = fields[5:6]

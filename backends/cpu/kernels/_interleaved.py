@@ -269,27 +269,24 @@ def nib_block16(typingctx, w, qo, ho, xq, e, fifth):
 
 
 @intrinsic
-def nib_run16(typingctx, w, qo, xq, e, high):
-    """A Q4_K run's integer sums in 512-bit steps: the low (or `high`) nibbles of the 256 bytes
-    at w[qo:], steps 2i, 2i + 1 in the 64 bytes at qo + 64i, against x[e:e+32]; the integers
-    `_eight_steps` gives a run (`_q4_k_steps`), from four `vpdpbusd` where it takes eight."""
-    if not _is_u8_array(w) or not _is_i8_array(xq) or not isinstance(high, types.BooleanLiteral):
+def nib_run16(typingctx, w, qo, xq, e, shift):
+    """A Q4_K run's integer sums in 512-bit steps: the nibbles (`shift` 0 or 4, as `nib`) of the
+    256 bytes at w[qo:], steps 2i, 2i + 1 in the 64 bytes at qo + 64i, against x[e:e+32]; the
+    integers `_eight_steps` gives a run (`_q4_k_steps`), from four `vpdpbusd` where it takes eight."""
+    if not _is_u8_array(w) or not _is_i8_array(xq):
         return None
-    upper = high.literal_value
 
     def codegen(context, builder, sig, args):
         xs = _x_pairs(context, builder, sig, args, 2)
         m15 = ir.Constant(_vb64, [15] * 64)
-        ns = []
-        for i in range(4):
-            v = _load64(context, builder, sig, args, 0, 64 * i)
-            ns.append(builder.and_(builder.lshr(v, ir.Constant(_vb64, [4] * 64)) if upper else v, m15))
+        by = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb64)
+        ns = [builder.and_(builder.lshr(_load64(context, builder, sig, args, 0, 64 * i), by), m15) for i in range(4)]
         zero = ir.Constant(_vi16, None)
         a = _dpbusd512(builder, _dpbusd512(builder, zero, ns[0], xs[0]), ns[1], xs[1])
         b = _dpbusd512(builder, _dpbusd512(builder, zero, ns[2], xs[2]), ns[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))
 
-    return i32x8(w, qo, xq, e, high), codegen
+    return i32x8(w, qo, xq, e, shift), codegen
 
 
 @intrinsic
@@ -604,17 +601,14 @@ def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
     dmin = halves(wg, o + 16)
     for p in range(4):
         kx = sb * 8 + 2 * p
-        if HAS_VNNI_512:  # both runs' steps two at a time: the same integers
-            qo = o + _Q4_K_Q + 256 * p
-            acc = dot_add(acc, nib_run16(wg, qo, xq, kx * 32, False), scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p, False),
-                          xa[XD, kx])
-            acc = dot_add(acc, nib_run16(wg, qo, xq, kx * 32 + 32, True),
-                          scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8, False), xa[XD, kx + 1])
-        else:
-            for half in range(2):
+        for half in range(2):
+            s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+            e = kx * 32 + 32 * half
+            if HAS_VNNI_512:  # the run's steps two at a time: the same integers
+                acc = dot_add(acc, nib_run16(wg, o + _Q4_K_Q + 256 * p, xq, e, 4 * half), s, xa[XD, kx + half])
+            else:
                 u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
-                s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
-                acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32 + 32 * half, xa[XD, kx + half], s, acc)
+                acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, xa[XD, kx + half], s, acc)
         tail = _q4_k_tail(wg, o, dmin, p, xa, kx, tail)
     return acc, tail
 
@@ -659,16 +653,11 @@ def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
     # run 4h + t of a Q6_K super-block for one token
     literally(t)  # the wide steps' shifts are constants of t
     if HAS_VNNI_512:  # its steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
-        j = 4 * h + t
-        kx = sb * 8 + j
-        lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
-        hi = o + _Q6_K_QH + 256 * h
-        s0 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True)
-        s1 = scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
-        acc = dot_add(acc, q6_k_group16(wg, lo, hi, xq, kx * 32, t, 0), s0, xa[XD, kx])
-        acc = dot_add(acc, q6_k_group16(wg, lo, hi, xq, kx * 32, t, 1), s1, xa[XD, kx])
-        tail = offset_add(tail, s0, xa[XC16, 2 * kx])
-        return acc, offset_add(tail, s1, xa[XC16, 2 * kx + 1])
+        kx = sb * 8 + 4 * h + t
+        lo, hi, _ = _q6_k_columns(o, h, t)
+        s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)
+        return _q6_k_sums(q6_k_group16(wg, lo, hi, xq, kx * 32, t, 0), q6_k_group16(wg, lo, hi, xq, kx * 32, t, 1),
+                          xa, kx, s0, s1, acc, tail)
     (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
     return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + 4 * h + t, s0, s1, acc, tail)
 
@@ -676,17 +665,26 @@ def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
 @_exact
 def _q6_k_unpacked(wg, o, d, h, t):
     # run 4h + t's eight steps (`_q6_k_steps`) and the scales of its two 16-quant groups
-    j = 4 * h + t
-    return (_q6_k_steps(wg, o, h, t), scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True),
-            scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True))
+    s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)
+    return _q6_k_steps(wg, o, h, t), s0, s1
+
+
+@_exact
+def _q6_k_scales(wg, o, d, j):
+    # run j's two 16-quant groups' scales
+    return scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j, True), scale_bytes(d, wg, o + _Q6_K_SCALE + 16 * j + 8, True)
+
+
+@_exact
+def _q6_k_columns(o, h, t):
+    # run 4h + t's column of low four bits (ql), of two high bits (qh), and its nibble's shift
+    return o + _Q6_K_QL + 256 * (2 * h + (t & 1)), o + _Q6_K_QH + 256 * h, 4 * (t >> 1)
 
 
 @_exact
 def _q6_k_steps(wg, o, h, t):
     # run 4h + t's eight steps as unsigned six-bit quants
-    lo = o + _Q6_K_QL + 256 * (2 * h + (t & 1))
-    hi = o + _Q6_K_QH + 256 * h
-    sh = 4 * (t >> 1)
+    lo, hi, sh = _q6_k_columns(o, h, t)
     return (b_or(nib(wg, lo, sh), high_bits(wg, hi, 2 * t, 3)),
             b_or(nib(wg, lo + 32, sh), high_bits(wg, hi + 32, 2 * t, 3)),
             b_or(nib(wg, lo + 64, sh), high_bits(wg, hi + 64, 2 * t, 3)),
@@ -733,11 +731,16 @@ def _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, kx, s0, s1, acc, tail):
     # one token's part of a Q6_K run (x block kx) whose steps (u: 16-quant group 2j, v: 2j + 1)
     # are unpacked; one token alone and four together both run exactly this
     a, b = _eight_steps(u0, u1, u2, u3, v0, v1, v2, v3, xq, kx * 32)
+    return _q6_k_sums(a, b, xa, kx, s0, s1, acc, tail)
+
+
+@_exact
+def _q6_k_sums(a, b, xa, kx, s0, s1, acc, tail):
+    # a Q6_K run's integer sums a, b (its two 16-quant groups) scaled into acc, offsets into tail
     acc = dot_add(acc, a, s0, xa[XD, kx])
     acc = dot_add(acc, b, s1, xa[XD, kx])
     tail = offset_add(tail, s0, xa[XC16, 2 * kx])
-    tail = offset_add(tail, s1, xa[XC16, 2 * kx + 1])
-    return acc, tail
+    return acc, offset_add(tail, s1, xa[XC16, 2 * kx + 1])
 
 
 @_exact

@@ -34,7 +34,7 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
+from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
                     _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
@@ -517,10 +517,11 @@ def _hint_tile(code, wg, o):
     # a tile into L1, as before, left the other lines to the hardware's prefetcher and held L1's
     # miss buffers on memory; the L2 hints took whole decode +7-11% on qwen2.5-coder:0.5b and
     # +6-12% on gemma3:270m, the L1 ones Q5_0 +6% more (docs/performance.md, twenty-first and
-    # twenty-second sessions)
+    # twenty-second sessions, Intel Xeon; on AMD's Zen the L1 ones cost more than they gave:
+    # `HINT_BLOCKS_L1`)
     for j in range(hint_lines(code)):
         prefetch_l2(wg, o + PREFETCH_BYTES + 64 * j)
-    if code != F.Q8_0:
+    if code != F.Q8_0 and HINT_BLOCKS_L1:
         for j in range(hint_lines(code)):
             prefetch(wg, o + PREFETCH_BYTES_L1 + 64 * j)
 
@@ -814,10 +815,12 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
     tail = vz8()
     for sb in range(xq.shape[0] // 256):
         o = sb * tile
-        for line in range(0, tile, 64):
-            prefetch_l2(wg, o + line + PREFETCH_BYTES_K_L2)
-        for line in range(0, tile, 64):
-            prefetch(wg, o + line + PREFETCH_BYTES_K)
+        if code == F.Q6_K or HINT_Q4_K:  # whole tiles ahead: L2, then L1 (`HINT_K_L1`)
+            for line in range(0, tile, 64):
+                prefetch_l2(wg, o + line + PREFETCH_BYTES_K_L2)
+            if HINT_K_L1:
+                for line in range(0, tile, 64):
+                    prefetch(wg, o + line + PREFETCH_BYTES_K)
         if code == F.Q4_K:
             acc, tail = _q4_k_superblock(wg, o, xq, xa, sb, acc, tail)
         else:

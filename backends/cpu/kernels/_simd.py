@@ -130,6 +130,22 @@ HAS_AVX2: bool = _X86 and "avx2" in FEATURES
 HAS_F16C: bool = (not _X86) or "f16c" in FEATURES
 
 
+
+
+def _host_is_zen() -> bool:
+    # the host's own core, whatever target Numba compiles for: hardware prefetchers belong to the
+    # machine, so a forced-AVX2 build on a Zen host streams as the host does
+    try:
+        return llb.get_host_cpu_name().startswith("znver")
+    except RuntimeError:
+        return False
+
+
+# AMD's Zen cores (their L1/L2 stride and stream prefetchers) follow a kernel's own forward reads
+# without help: there the kernels' extra hints cost more issue slots than they save in waiting
+# (`_simd` prefetch notes below, and docs/performance.md, twenty-fourth session).
+HOST_IS_ZEN: bool = _X86 and _host_is_zen()
+
 # ---------------------------------------------------------------- codegen helpers
 
 
@@ -293,6 +309,15 @@ PREFETCH_BYTES_K = 1024
 # read, Q6_K 0.85-0.90 -> 0.88-0.95 (2 KiB less; 4 KiB as good for Q4_K, less for Q6_K); in
 # qwen2.5-coder's decode Q4_K 23-25 -> 27-28 GB/s, Q6_K 25-26 -> 26-27 (twenty-second session).
 PREFETCH_BYTES_K_L2 = 3072
+# Which of those hints a decode kernel gives, by the host's core. Measured on an AMD EPYC (Zen 5),
+# two threads streaming each format from memory, alternated with the hints of the Intel Xeon
+# where the distances above were measured (twenty-fourth session): without the L1 hints the
+# 4- and 5-bit block formats streamed as fast or faster (Q5_0 +4-7%, Q4_1 +5-10%); without any
+# hint Q4_K went 45-47 -> 58-61 GB/s on the AVX-512 path and 50-54 -> 59-62 on the AVX2 one;
+# Q6_K kept its L2 hints (without them its AVX2 path fell 45-47 -> 31-47), L2 alone 49-54.
+HINT_BLOCKS_L1: bool = not HOST_IS_ZEN
+HINT_Q4_K: bool = not HOST_IS_ZEN
+HINT_K_L1: bool = not HOST_IS_ZEN
 # the intrinsic's name mangles the pointer type: typed i8* before LLVM 17, opaque after
 _PREFETCH = "llvm.prefetch.p0" if llb.llvm_version_info[0] >= 17 else "llvm.prefetch.p0i8"
 

@@ -148,8 +148,8 @@ def test_quantization_is_exactly_the_scheme():
     want_q, want_d = quantize_scheme(x[None])
     assert np.array_equal(xa[XD][:128], want_d[0])
     assert np.array_equal(xq.astype(np.float64), want_q[0])
-    # the integer block sums that Q8_0's VNNI path takes back off its q + 128 dots
-    assert np.array_equal(xa[XI32][:128], want_q[0].reshape(-1, 32).sum(axis=1))
+    # -128 times the integer block sums: what Q8_0's VNNI path adds to its q + 128 dots, as int32
+    assert np.array_equal(xa[XI32][:128].view(np.int32), -128 * want_q[0].reshape(-1, 32).sum(axis=1))
 
 
 try:

@@ -179,19 +179,19 @@ def dpq8(typingctx, acc, w, off, xq, xo):
 
 
 @intrinsic
-def q8_dot(typingctx, dot, xsum):
-    """A Q8_0 block's `dpq8` sums as the dot of its signed quants: with VNNI dot - 128 * xsum in
-    every lane (xsum the block's integer sum of x, an exact float: `xa[XI32]`), else dot."""
-    if dot != i32x8:
+def q8_dot(typingctx, dot, xi, k):
+    """A Q8_0 block's `dpq8` sums as the dot of its signed quants: with VNNI dot + xi[k] in every
+    lane (xi = `xa[XI32]`, -128 times block k's integer sum of x, stored as int32 bits), else dot."""
+    if dot != i32x8 or not _is_f32_array(xi):
         return None
 
     def codegen(context, builder, sig, args):
         if not HAS_VNNI:
             return args[0]
-        c = builder.fptosi(context.cast(builder, args[1], sig.args[1], types.float32), _i32)
-        return builder.sub(args[0], _splat(builder, builder.shl(c, ir.Constant(_i32, 7)), _vi8))
+        c = builder.load(_ptr(context, builder, sig.args[1], args[1], args[2], _i32))
+        return builder.add(args[0], _splat(builder, c, _vi8))
 
-    return i32x8(dot, xsum), codegen
+    return i32x8(dot, xi, k), codegen
 
 
 _vb64 = ir.VectorType(_i8, 64)
@@ -486,7 +486,7 @@ def token_rows(code, wg, xq, xa, out, oo, tile, q, m, hb):
                     a = dpq8(a, wg, o + q + 64 * p, xq, e + 8 * p)
                     b = dpq8(b, wg, o + q + 64 * p + 32, xq, e + 8 * p + 4)
                 d = iadd8(a, b)
-            acc = scale_add(acc, q8_dot(d, xa[XI32, k]), wg, o, xa[XD, k])
+            acc = scale_add(acc, q8_dot(d, xa[XI32], k), wg, o, xa[XD, k])
         elif HAS_VNNI_512:
             if code == F.Q5_0 or code == F.Q5_1:
                 d = nib_block16(wg, o + q, o + hb, xq, e, True)

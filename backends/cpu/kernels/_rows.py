@@ -61,7 +61,8 @@ XS32 = 1  # sum of x over each 32-element block (first cols//32 entries)
 XD = 2  # q8 scale of each 32-element block
 XC16 = 3  # q8 scale * sum of the int8 quants over each 16-element run
 XC32 = 4  # the same per 32-element block
-XI32 = 5  # the sum of the int8 quants of each 32-element block, as a float (exact: |sum| <= 4064)
+XI32 = 5  # -128 times the sum of the int8 quants of each 32-element block, as int32 bits (read
+# with a view): what Q8_0's VNNI dots of q + 128 add back, loaded straight into a vector add
 XA_ROWS = 6
 
 

@@ -699,8 +699,9 @@ def q8_block(typingctx, x, b, xq, xd, xc16, xc32, xi32):
 
     Also xc16[2b+k] = d * sum of the k-th 16 quants and xc32[b] = their sum: the x side
     of the zero-offset corrections, precomputed so a kernel spends one FMA on them; and
-    xi32[b] = the integer sum of the 32 quants (as a float, exactly), for kernels that
-    correct an offset before their integer sums leave the integers.
+    xi32[b] = -128 times the integer sum of the 32 quants, stored as int32 bits in the float
+    array, for kernels that correct an offset before their integer sums leave the integers
+    (Q8_0's q + 128 dots: one vector add of a loaded value, no conversion a block).
     """
     if not (_is_f32_array(x) and _is_i8_array(xq) and _is_f32_array(xd)):
         return None
@@ -737,7 +738,7 @@ def q8_block(typingctx, x, b, xq, xd, xc16, xc32, xi32):
             builder.store(c, _ptr(context, builder, sig.args[4], c16, g, _f32))
             sums.append(c)
         builder.store(builder.fadd(sums[0], sums[1]), _ptr(context, builder, sig.args[5], c32, b64, _f32))
-        builder.store(builder.sitofp(isum, _f32), _ptr(context, builder, sig.args[6], i32, b64, _f32))
+        builder.store(builder.mul(isum, ir.Constant(_i32, -128)), _ptr(context, builder, sig.args[6], i32, b64, _i32))
         return context.get_dummy_value()
 
     return types.none(x, b, xq, xd, xc16, xc32, xi32), codegen

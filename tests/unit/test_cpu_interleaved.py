@@ -61,6 +61,13 @@ def test_interleaved_int8_is_exactly_the_scheme(name):
 
 
 @pytest.mark.parametrize("name", FORMATS)
+def test_interleaved_int8_prompts_are_exactly_the_scheme(name):
+    # 9 tokens on 5 row groups: four-token blocks (on AVX-512 VNNI two groups a 512-bit step,
+    # `_wide.py`, and a last group alone) and single tokens
+    check(name, rows=40, blocks=2 if name.endswith("_K") else 6, tokens=9, seed=5, kernel=interleaved)
+
+
+@pytest.mark.parametrize("name", FORMATS)
 def test_interleaved_int8_is_batch_invariant(name):
     # 5 row groups = two full parallel tasks and a partial one; every token alone and any split
     # of the tokens get the bits they get together

@@ -1,0 +1,223 @@
+"""Prompt tokens on two row groups at once, in 512-bit steps (AVX-512 VNNI): `four_tokens_wide`.
+
+The interleaved layout (`interleaved.py`) keeps a block's step p of a group's eight rows in 32
+contiguous bytes, each row's four quants in one dword. Two neighbouring groups' step p side by
+side in one 512-bit vector want the same four activations in every lane, so `vpdpbusd` takes
+them as one broadcast dword: no shuffle for x, and every unpacking instruction serves sixteen
+rows, with immediate shifts where the one-token path (`nib_block16`: two steps of one group a
+vector) needs variable ones. Four tokens share each block's unpacking, as in `four_tokens`.
+
+Bits: lane r of a group's half gets the integer sums of `_eight_steps` (exact integer adds in
+any order give the same integer), then the float operations of `_block_sums` and `store_rows`,
+lane by lane: `fma(float(dot), d * dx, acc)`, `fma(h, c, tail)`, `acc + tail * c`. A token's rows
+get the bits `token_rows` and `four_tokens` give them, so batch invariance holds whichever path
+a row takes (`test_cpu_interleaved.py`).
+
+The 4- and 5-bit block formats only (Q4_0, Q4_1, Q5_0, Q5_1): Q8_0 has no unpacking to share,
+and the K-quants keep their own prompt path.
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import literally, njit
+from numba.core import types
+from numba.extending import intrinsic, models, register_model
+
+from . import formats as F
+from ._rows import XC32, XD
+from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr,
+                    _splat, _vf, _vi, f32x16, i32x16, prefetch, vzero)
+
+_exact = njit(cache=True, nogil=True)
+_vb32 = ir.VectorType(_i8, 32)
+_vb64 = ir.VectorType(_i8, 64)
+_steps = ir.ArrayType(_vb64, 8)
+
+
+class WideStepsType(types.Type):
+    """A block's eight unpacked steps for two groups, in registers: step p of the first group in
+    the low 32 bytes of vector p, of the second in the high 32."""
+
+    def __init__(self):
+        super().__init__(name="llamay.WideSteps")
+
+
+wide_steps_t = WideStepsType()
+
+
+@register_model(WideStepsType)
+class _WideStepsModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _steps)
+
+
+def _pair(context, builder, sig, args, off, elty, n):
+    """n elements of type elty at w0[off:] then n at w1[off:] (args 0, 1) as one 2n vector."""
+    vty = ir.VectorType(elty, n)
+    lo = builder.load(_ptr(context, builder, sig.args[0], args[0], off, vty), align=1)
+    hi = builder.load(_ptr(context, builder, sig.args[1], args[1], off, vty), align=1)
+    return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 2 * n), list(range(2 * n))))
+
+
+@intrinsic
+def wide_steps(typingctx, w0, w1, qo, ho, fifth):
+    """Steps 0-7 of the 4- or 5-bit block at qo of two groups' tiles (w0, w1): step p < 4 the low
+    nibbles of the 32 bytes at qo + 32p, step p + 4 their high ones; with `fifth`, bit p of the
+    32 bytes at ho moved to bit 4 of step p's bytes (a dword shift: the kept bit never leaves
+    its byte)."""
+    if not (_is_u8_array(w0) and _is_u8_array(w1)) or not isinstance(fifth, types.BooleanLiteral):
+        return None
+    with_fifth = fifth.literal_value
+
+    def codegen(context, builder, sig, args):
+        m15 = ir.Constant(_vb64, [15] * 64)
+        four = ir.Constant(_vb64, [4] * 64)
+        steps = [None] * 8
+        for p in range(4):
+            off = builder.add(args[2], ir.Constant(args[2].type, 32 * p))
+            q = _pair(context, builder, sig, args, off, _i8, 32)
+            steps[p] = builder.and_(q, m15)
+            steps[p + 4] = builder.and_(builder.lshr(q, four), m15)
+        if with_fifth:
+            h = builder.bitcast(_pair(context, builder, sig, args, args[3], _i8, 32), _vi)
+            bit4 = ir.Constant(_vi, [0x10101010] * 16)
+            for p in range(8):
+                moved = (builder.shl(h, ir.Constant(_vi, [4 - p] * 16)) if p < 4 else
+                         builder.lshr(h, ir.Constant(_vi, [p - 4] * 16)) if p > 4 else h)
+                steps[p] = builder.or_(steps[p], builder.bitcast(builder.and_(moved, bit4), _vb64))
+        out = ir.Constant(_steps, ir.Undefined)
+        for p in range(8):
+            out = builder.insert_value(out, steps[p], p)
+        return out
+
+    return wide_steps_t(w0, w1, qo, ho, fifth), codegen
+
+
+def _dpbusd512(builder, acc, u, s):
+    fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.512", _vi, [_vi, _vi, _vi])
+    return builder.call(fn, [acc, builder.bitcast(u, _vi), s])
+
+
+@intrinsic
+def wide_dot(typingctx, steps, xq, e):
+    """The sixteen rows' integer sums of a block against x[e:e+32]: step p times the dword
+    x[e+4p:e+4p+4] in every lane, steps 0-3 and 4-7 in two chains, added."""
+    if steps != wide_steps_t or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        chains = []
+        for half in range(2):
+            acc = ir.Constant(_vi, None)
+            for p in range(4 * half, 4 * half + 4):
+                at = builder.add(args[2], ir.Constant(args[2].type, 4 * p))
+                x = builder.load(_ptr(context, builder, sig.args[1], args[1], at, _i32), align=1)
+                acc = _dpbusd512(builder, acc, builder.extract_value(args[0], p), _splat(builder, x, _vi))
+            chains.append(acc)
+        return builder.add(chains[0], chains[1])
+
+    return i32x16(steps, xq, e), codegen
+
+
+@intrinsic
+def wide_halves(typingctx, w0, w1, off):
+    """The eight halfs at w0[off:off+16], then the eight at w1[off:off+16], as 16 floats."""
+    if not (_is_u8_array(w0) and _is_u8_array(w1)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _h2f(builder, _pair(context, builder, sig, args, args[2], _i16, 8))
+
+    return f32x16(w0, w1, off), codegen
+
+
+def _fma16(builder, a, b, c):
+    return builder.call(_llvm_fn(builder, "llvm.fma.v16f32", _vf, [_vf, _vf, _vf]), [a, b, c])
+
+
+def _f32(context, builder, sig, args, i):
+    return _splat(builder, context.cast(builder, args[i], sig.args[i], types.float32), _vf)
+
+
+@intrinsic
+def wide_scale_add(typingctx, acc, dot, d, dx):
+    """fma(float(dot), d * dx, acc) lane by lane: `scale_add` on sixteen rows."""
+    if acc != f32x16 or dot != i32x16 or d != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        s = builder.fmul(args[2], _f32(context, builder, sig, args, 3))
+        return _fma16(builder, builder.sitofp(args[1], _vf), s, args[0])
+
+    return f32x16(acc, dot, d, dx), codegen
+
+
+@intrinsic
+def wide_fma(typingctx, acc, h, c):
+    """fma(h, c, acc) lane by lane: `halves_add` on sixteen rows."""
+    if acc != f32x16 or h != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _fma16(builder, args[1], _f32(context, builder, sig, args, 2), args[0])
+
+    return f32x16(acc, h, c), codegen
+
+
+@intrinsic
+def wide_store(typingctx, out, oo, acc, tail, c):
+    """out[oo:oo+16] = acc + tail * c: `store_rows` on sixteen rows."""
+    if not _is_f32_array(out) or acc != f32x16 or tail != f32x16:
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = builder.fadd(args[2], builder.fmul(args[3], _f32(context, builder, sig, args, 4)))
+        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], _vf), align=4)
+        return context.get_dummy_value()
+
+    return types.none(out, oo, acc, tail, c), codegen
+
+
+@_exact
+def _token(steps, d, h, xq, xa, k, acc, tail):
+    # one token's part of a block: `_block_sums` of its integer sums, on sixteen rows
+    acc = wide_scale_add(acc, wide_dot(steps, xq, k * 32), d, xa[XD, k])
+    return acc, wide_fma(tail, h, xa[XC32, k])
+
+
+@_exact
+def four_tokens_wide(code, w0, w1, XQ, XA, OUT, t, oo, tile, q, m, hb, c):
+    """OUT[t:t+4, oo:oo+16] = the rows of groups w0 and w1 (consecutive: rows oo..oo+15) . the
+    int8 rows XQ[t:t+4] (XA their side arrays), for a 4- or 5-bit block format `code` (a
+    literal); tile/q/m/hb its `TileLayout` offsets, c its `_offset_scale`."""
+    literally(code)
+    x0, x1, x2, x3 = XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3]
+    a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
+    c0, c1, c2, c3 = vzero(), vzero(), vzero(), vzero()
+    t0, t1, t2, t3 = vzero(), vzero(), vzero(), vzero()
+    for k in range(x0.shape[0] // 32):
+        o = k * tile
+        prefetch(w0, o + PREFETCH_BYTES)
+        prefetch(w1, o + PREFETCH_BYTES)
+        if code == F.Q5_0 or code == F.Q5_1:
+            steps = wide_steps(w0, w1, o + q, o + hb, True)
+        else:
+            steps = wide_steps(w0, w1, o + q, o + hb, False)
+        d = wide_halves(w0, w1, o)
+        h = wide_halves(w0, w1, o + m) if m >= 0 else d
+        c0, t0 = _token(steps, d, h, x0, a0, k, c0, t0)
+        c1, t1 = _token(steps, d, h, x1, a1, k, c1, t1)
+        c2, t2 = _token(steps, d, h, x2, a2, k, c2, t2)
+        c3, t3 = _token(steps, d, h, x3, a3, k, c3, t3)
+    wide_store(OUT[t], oo, c0, t0, c)
+    wide_store(OUT[t + 1], oo, c1, t1, c)
+    wide_store(OUT[t + 2], oo, c2, t2, c)
+    wide_store(OUT[t + 3], oo, c3, t3, c)
+
+
+def has_wide(code: int) -> bool:
+    """Whether `four_tokens_wide` serves format `code` (where AVX-512 VNNI exists)."""
+    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1)
+
+
+__all__ = ["four_tokens_wide", "has_wide"]

@@ -37,7 +37,7 @@ from ._rows import XC16, XC32, XD, XI32, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
                     _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
-from ._wide import four_tokens_wide
+from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
@@ -834,17 +834,23 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
     """OUT[t, 8g:8g+8] for groups g0..g1-1 and tokens t0..t1-1 (serial; callers parallelize)."""
     literally(code)
     g = g0
-    wide = HAS_VNNI_512 and (code == F.Q4_0 or code == F.Q4_1 or code == F.Q5_0 or code == F.Q5_1)
+    wide = HAS_VNNI_512 and has_wide(code)
     while g < g1:
         first = t0
         if wide and g + 1 < g1 and t1 - t0 >= 4:  # two groups a 512-bit step (`_wide.py`)
             while first + 4 <= t1:
-                four_tokens_wide(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, q, m, hb,
-                                 _offset_scale(code))
+                if code == F.Q4_K:
+                    four_tokens_wide_k(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, _offset_scale(code))
+                else:
+                    four_tokens_wide(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, q, m, hb,
+                                     _offset_scale(code))
                 first += 4
             for t in range(first, t1):
-                token_rows(code, wp[g], XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
-                token_rows(code, wp[g + 1], XQ[t], XA[t], OUT[t], (g + 1) * ROWS, tile, q, m, hb)
+                for gg in range(g, g + 2):
+                    if code == F.Q4_K:
+                        token_rows_k(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile)
+                    else:
+                        token_rows(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile, q, m, hb)
             g += 2
             continue
         wg = wp[g]

@@ -13,8 +13,10 @@ lane by lane: `fma(float(dot), d * dx, acc)`, `fma(h, c, tail)`, `acc + tail * c
 get the bits `token_rows` and `four_tokens` give them, so batch invariance holds whichever path
 a row takes (`test_cpu_interleaved.py`).
 
-The 4- and 5-bit block formats only (Q4_0, Q4_1, Q5_0, Q5_1): Q8_0 has no unpacking to share,
-and the K-quants keep their own prompt path.
+The 4- and 5-bit block formats (Q4_0, Q4_1, Q5_0, Q5_1: `four_tokens_wide`) and Q4_K
+(`four_tokens_wide_k`: each run's steps, scales and order as `_q4_k_superblock4`). Q8_0 has no
+unpacking to share; Q6_K measured slower this way (its two columns a step cost two pairs of
+half loads; docs/performance.md, twenty-fourth session) and keeps `four_tokens`.
 """
 from __future__ import annotations
 
@@ -27,11 +29,13 @@ from . import formats as F
 from ._rows import XC32, XD
 from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr,
                     _splat, _vf, _vi, f32x16, i32x16, prefetch, vzero)
+from .interleaved import Q4_K_LAYOUT
 
 _exact = njit(cache=True, nogil=True)
 _vb32 = ir.VectorType(_i8, 32)
 _vb64 = ir.VectorType(_i8, 64)
 _steps = ir.ArrayType(_vb64, 8)
+_Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.q_at, Q4_K_LAYOUT.scale_at, Q4_K_LAYOUT.mins_at
 
 
 class WideStepsType(types.Type):
@@ -51,11 +55,12 @@ class _WideStepsModel(models.PrimitiveModel):
         super().__init__(dmm, fe_type, _steps)
 
 
-def _pair(context, builder, sig, args, off, elty, n):
-    """n elements of type elty at w0[off:] then n at w1[off:] (args 0, 1) as one 2n vector."""
+def _pair(context, builder, sig, args, off, elty, n, first=0):
+    """n elements of type elty at w0[off:] then n at w1[off:] (w0, w1 the arrays args[first],
+    args[first + 1]) as one vector of 2n."""
     vty = ir.VectorType(elty, n)
-    lo = builder.load(_ptr(context, builder, sig.args[0], args[0], off, vty), align=1)
-    hi = builder.load(_ptr(context, builder, sig.args[1], args[1], off, vty), align=1)
+    lo = builder.load(_ptr(context, builder, sig.args[first], args[first], off, vty), align=1)
+    hi = builder.load(_ptr(context, builder, sig.args[first + 1], args[first + 1], off, vty), align=1)
     return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 2 * n), list(range(2 * n))))
 
 
@@ -91,6 +96,50 @@ def wide_steps(typingctx, w0, w1, qo, ho, fifth):
         return out
 
     return wide_steps_t(w0, w1, qo, ho, fifth), codegen
+
+
+def _steps_value(builder, steps):
+    out = ir.Constant(_steps, ir.Undefined)
+    for p, v in enumerate(steps):
+        out = builder.insert_value(out, v, p)
+    return out
+
+
+def _shifted_nibbles(context, builder, sig, args, qo, shift):
+    # step i: the nibbles (`shift` 0 or 4, a run-time byte) of the 32 bytes at qo + 32i of each tile
+    by = _splat(builder, context.cast(builder, shift[0], shift[1], types.uint8), _vb64)
+    m15 = ir.Constant(_vb64, [15] * 64)
+    return [builder.and_(builder.lshr(_pair(context, builder, sig, args,
+                                            builder.add(qo, ir.Constant(qo.type, 32 * i)), _i8, 32), by), m15)
+            for i in range(8)]
+
+
+@intrinsic
+def wide_nibbles(typingctx, w0, w1, qo, shift):
+    """A Q4_K run's eight steps for two groups' tiles: step i the nibbles (`shift` 0 or 4) of the
+    32 bytes at qo + 32i (`_q4_k_steps`)."""
+    if not (_is_u8_array(w0) and _is_u8_array(w1)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _steps_value(builder, _shifted_nibbles(context, builder, sig, args, args[2], (args[3], sig.args[3])))
+
+    return wide_steps_t(w0, w1, qo, shift), codegen
+
+
+@intrinsic
+def wide_scale_bytes(typingctx, d, w0, w1, off, signed):
+    """d * float(bytes) lane by lane, the eight bytes at w0[off:] then the eight at w1[off:]
+    (int8 if `signed`): `scale_bytes` on sixteen rows."""
+    if d != f32x16 or not (_is_u8_array(w0) and _is_u8_array(w1)) or not isinstance(signed, types.BooleanLiteral):
+        return None
+    as_signed = signed.literal_value
+
+    def codegen(context, builder, sig, args):
+        v = _pair(context, builder, sig, args, args[3], _i8, 8, first=1)
+        return builder.fmul(args[0], builder.sitofp(v, _vf) if as_signed else builder.uitofp(v, _vf))
+
+    return f32x16(d, w0, w1, off, signed), codegen
 
 
 def _dpbusd512(builder, acc, u, s):
@@ -215,9 +264,59 @@ def four_tokens_wide(code, w0, w1, XQ, XA, OUT, t, oo, tile, q, m, hb, c):
     wide_store(OUT[t + 3], oo, c3, t3, c)
 
 
-def has_wide(code: int) -> bool:
-    """Whether `four_tokens_wide` serves format `code` (where AVX-512 VNNI exists)."""
-    return code in (F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1)
+@_exact
+def _q4_k_wide(w0, w1, o, xs, xas, sb, acc):
+    # `_q4_k_superblock4` on two groups: each run's nibbles unpacked once for both and four tokens
+    x0, x1, x2, x3 = xs
+    a0, a1, a2, a3 = xas
+    c0, c1, c2, c3, t0, t1, t2, t3 = acc
+    d = wide_halves(w0, w1, o)
+    dmin = wide_halves(w0, w1, o + 16)
+    for p in range(4):
+        kx = sb * 8 + 2 * p
+        for half in range(2):
+            steps = wide_nibbles(w0, w1, o + _Q4_K_Q + 256 * p, 4 * half)
+            s = wide_scale_bytes(d, w0, w1, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+            e = kx * 32 + 32 * half
+            c0 = wide_scale_add(c0, wide_dot(steps, x0, e), s, a0[XD, kx + half])
+            c1 = wide_scale_add(c1, wide_dot(steps, x1, e), s, a1[XD, kx + half])
+            c2 = wide_scale_add(c2, wide_dot(steps, x2, e), s, a2[XD, kx + half])
+            c3 = wide_scale_add(c3, wide_dot(steps, x3, e), s, a3[XD, kx + half])
+        mn = o + _Q4_K_MINS + 16 * p
+        m0 = wide_scale_bytes(dmin, w0, w1, mn, False)
+        m1 = wide_scale_bytes(dmin, w0, w1, mn + 8, False)
+        t0 = wide_fma(wide_fma(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
+        t1 = wide_fma(wide_fma(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
+        t2 = wide_fma(wide_fma(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])
+        t3 = wide_fma(wide_fma(t3, m0, a3[XC32, kx]), m1, a3[XC32, kx + 1])
+    return c0, c1, c2, c3, t0, t1, t2, t3
 
 
-__all__ = ["four_tokens_wide", "has_wide"]
+@_exact
+def four_tokens_wide_k(code, w0, w1, XQ, XA, OUT, t, oo, tile, c):
+    """`four_tokens_wide` for Q4_K (`code`, a literal): one tile per 256-quant super-block of
+    each group, c the format's `_offset_scale`."""
+    literally(code)
+    xs = (XQ[t], XQ[t + 1], XQ[t + 2], XQ[t + 3])
+    xas = (XA[t], XA[t + 1], XA[t + 2], XA[t + 3])
+    acc = (vzero(), vzero(), vzero(), vzero(), vzero(), vzero(), vzero(), vzero())
+    for sb in range(xs[0].shape[0] // 256):
+        o = sb * tile
+        for line in range(0, tile, 64):
+            prefetch(w0, o + line + PREFETCH_BYTES)
+            prefetch(w1, o + line + PREFETCH_BYTES)
+        acc = _q4_k_wide(w0, w1, o, xs, xas, sb, acc)
+    c0, c1, c2, c3, t0, t1, t2, t3 = acc
+    wide_store(OUT[t], oo, c0, t0, c)
+    wide_store(OUT[t + 1], oo, c1, t1, c)
+    wide_store(OUT[t + 2], oo, c2, t2, c)
+    wide_store(OUT[t + 3], oo, c3, t3, c)
+
+
+@_exact
+def has_wide(code):
+    """Whether format `code` takes `four_tokens_wide` (or `_k`) where AVX-512 VNNI exists."""
+    return code == F.Q4_0 or code == F.Q4_1 or code == F.Q5_0 or code == F.Q5_1 or code == F.Q4_K
+
+
+__all__ = ["four_tokens_wide", "four_tokens_wide_k", "has_wide"]

@@ -833,27 +833,15 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
 def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
     """OUT[t, 8g:8g+8] for groups g0..g1-1 and tokens t0..t1-1 (serial; callers parallelize)."""
     literally(code)
-    g = g0
-    wide = HAS_VNNI_512 and has_wide(code)
-    while g < g1:
-        first = t0
-        if wide and g + 1 < g1 and t1 - t0 >= 4:  # two groups a 512-bit step (`_wide.py`)
-            while first + 4 <= t1:
-                if code == F.Q4_K:
-                    four_tokens_wide_k(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, _offset_scale(code))
-                else:
-                    four_tokens_wide(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, q, m, hb,
-                                     _offset_scale(code))
-                first += 4
-            for t in range(first, t1):
-                for gg in range(g, g + 2):
-                    if code == F.Q4_K:
-                        token_rows_k(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile)
-                    else:
-                        token_rows(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile, q, m, hb)
-            g += 2
-            continue
+    if HAS_VNNI_512 and has_wide(code) and t1 - t0 >= 4:
+        # prompts: pairs of groups two a 512-bit step (`_wide.py`), in a call of their own so
+        # the one-token path below compiles as it did without them
+        pairs_end = g0 + (g1 - g0) // 2 * 2
+        _wide_rows(code, wp, XQ, XA, OUT, g0, pairs_end, t0, t1, tile, q, m, hb)
+        g0 = pairs_end
+    for g in range(g0, g1):
         wg = wp[g]
+        first = t0
         if code != F.Q8_0:
             while first + 4 <= t1:
                 four_tokens(code, wg, XQ, XA, OUT, first, g * ROWS, tile, q, m, hb)
@@ -863,7 +851,28 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
                 token_rows_k(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile)
             else:
                 token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
-        g += 1
+
+
+@_exact
+def _wide_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
+    # `interleaved_q8_rows` for an even number of groups, two at a time: four tokens a call of
+    # `four_tokens_wide` (`_k`), the tokens left over one at a time
+    literally(code)
+    for g in range(g0, g1, 2):
+        first = t0
+        while first + 4 <= t1:
+            if code == F.Q4_K:
+                four_tokens_wide_k(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, _offset_scale(code))
+            else:
+                four_tokens_wide(code, wp[g], wp[g + 1], XQ, XA, OUT, first, g * ROWS, tile, q, m, hb,
+                                 _offset_scale(code))
+            first += 4
+        for t in range(first, t1):
+            for gg in range(g, g + 2):
+                if code == F.Q4_K:
+                    token_rows_k(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile)
+                else:
+                    token_rows(code, wp[gg], XQ[t], XA[t], OUT[t], gg * ROWS, tile, q, m, hb)
 
 
 @njit(parallel=True, cache=True)

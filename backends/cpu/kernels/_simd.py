@@ -130,8 +130,6 @@ HAS_AVX2: bool = _X86 and "avx2" in FEATURES
 HAS_F16C: bool = (not _X86) or "f16c" in FEATURES
 
 
-
-
 def _host_is_zen() -> bool:
     # the host's own core, whatever target Numba compiles for: hardware prefetchers belong to the
     # machine, so a forced-AVX2 build on a Zen host streams as the host does
@@ -143,8 +141,9 @@ def _host_is_zen() -> bool:
 
 # AMD's Zen cores (their L1/L2 stride and stream prefetchers) follow a kernel's own forward reads
 # without help: there the kernels' extra hints cost more issue slots than they save in waiting
-# (`_simd` prefetch notes below, and docs/performance.md, twenty-fourth session).
+# (the prefetch notes below, and docs/performance.md, twenty-fourth session).
 HOST_IS_ZEN: bool = _X86 and _host_is_zen()
+
 
 # ---------------------------------------------------------------- codegen helpers
 
@@ -312,9 +311,10 @@ PREFETCH_BYTES_K_L2 = 3072
 # Which of those hints a decode kernel gives, by the host's core. Measured on an AMD EPYC (Zen 5),
 # two threads streaming each format from memory, alternated with the hints of the Intel Xeon
 # where the distances above were measured (twenty-fourth session): without the L1 hints the
-# 4- and 5-bit block formats streamed as fast or faster (Q5_0 +4-7%, Q4_1 +5-10%); without any
-# hint Q4_K went 45-47 -> 58-61 GB/s on the AVX-512 path and 50-54 -> 59-62 on the AVX2 one;
-# Q6_K kept its L2 hints (without them its AVX2 path fell 45-47 -> 31-47), L2 alone 49-54.
+# 4- and 5-bit block formats streamed as fast or faster (Q5_0 49-57 -> 50-60 GB/s, Q4_1 56-68 ->
+# 61-72); without any hint Q4_K went 45-46 -> 58-61 on the AVX-512 path and 50-54 -> 51-62 on
+# the AVX2 one; Q6_K keeps its L2 hints (without them its AVX2 path fell 45-47 -> 31-48; L2 alone
+# 49-54).
 HINT_BLOCKS_L1: bool = not HOST_IS_ZEN
 HINT_Q4_K: bool = not HOST_IS_ZEN
 HINT_K_L1: bool = not HOST_IS_ZEN

@@ -32,7 +32,6 @@ from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8
 from .interleaved import Q4_K_LAYOUT
 
 _exact = njit(cache=True, nogil=True)
-_vb32 = ir.VectorType(_i8, 32)
 _vb64 = ir.VectorType(_i8, 64)
 _steps = ir.ArrayType(_vb64, 8)
 _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.q_at, Q4_K_LAYOUT.scale_at, Q4_K_LAYOUT.mins_at
@@ -64,6 +63,13 @@ def _pair(context, builder, sig, args, off, elty, n, first=0):
     return builder.shuffle_vector(lo, hi, ir.Constant(ir.VectorType(_i32, 2 * n), list(range(2 * n))))
 
 
+def _steps_value(builder, steps):
+    out = ir.Constant(_steps, ir.Undefined)
+    for p, v in enumerate(steps):
+        out = builder.insert_value(out, v, p)
+    return out
+
+
 @intrinsic
 def wide_steps(typingctx, w0, w1, qo, ho, fifth):
     """Steps 0-7 of the 4- or 5-bit block at qo of two groups' tiles (w0, w1): step p < 4 the low
@@ -90,28 +96,9 @@ def wide_steps(typingctx, w0, w1, qo, ho, fifth):
                 moved = (builder.shl(h, ir.Constant(_vi, [4 - p] * 16)) if p < 4 else
                          builder.lshr(h, ir.Constant(_vi, [p - 4] * 16)) if p > 4 else h)
                 steps[p] = builder.or_(steps[p], builder.bitcast(builder.and_(moved, bit4), _vb64))
-        out = ir.Constant(_steps, ir.Undefined)
-        for p in range(8):
-            out = builder.insert_value(out, steps[p], p)
-        return out
+        return _steps_value(builder, steps)
 
     return wide_steps_t(w0, w1, qo, ho, fifth), codegen
-
-
-def _steps_value(builder, steps):
-    out = ir.Constant(_steps, ir.Undefined)
-    for p, v in enumerate(steps):
-        out = builder.insert_value(out, v, p)
-    return out
-
-
-def _shifted_nibbles(context, builder, sig, args, qo, shift):
-    # step i: the nibbles (`shift` 0 or 4, a run-time byte) of the 32 bytes at qo + 32i of each tile
-    by = _splat(builder, context.cast(builder, shift[0], shift[1], types.uint8), _vb64)
-    m15 = ir.Constant(_vb64, [15] * 64)
-    return [builder.and_(builder.lshr(_pair(context, builder, sig, args,
-                                            builder.add(qo, ir.Constant(qo.type, 32 * i)), _i8, 32), by), m15)
-            for i in range(8)]
 
 
 @intrinsic
@@ -122,24 +109,29 @@ def wide_nibbles(typingctx, w0, w1, qo, shift):
         return None
 
     def codegen(context, builder, sig, args):
-        return _steps_value(builder, _shifted_nibbles(context, builder, sig, args, args[2], (args[3], sig.args[3])))
+        by = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb64)
+        m15 = ir.Constant(_vb64, [15] * 64)
+        steps = []
+        for i in range(8):
+            q = _pair(context, builder, sig, args, builder.add(args[2], ir.Constant(args[2].type, 32 * i)), _i8, 32)
+            steps.append(builder.and_(builder.lshr(q, by), m15))
+        return _steps_value(builder, steps)
 
     return wide_steps_t(w0, w1, qo, shift), codegen
 
 
 @intrinsic
-def wide_scale_bytes(typingctx, d, w0, w1, off, signed):
+def wide_scale_bytes(typingctx, d, w0, w1, off):
     """d * float(bytes) lane by lane, the eight bytes at w0[off:] then the eight at w1[off:]
-    (int8 if `signed`): `scale_bytes` on sixteen rows."""
-    if d != f32x16 or not (_is_u8_array(w0) and _is_u8_array(w1)) or not isinstance(signed, types.BooleanLiteral):
+    (unsigned): `scale_bytes` on sixteen rows, Q4_K's scales and minima."""
+    if d != f32x16 or not (_is_u8_array(w0) and _is_u8_array(w1)):
         return None
-    as_signed = signed.literal_value
 
     def codegen(context, builder, sig, args):
         v = _pair(context, builder, sig, args, args[3], _i8, 8, first=1)
-        return builder.fmul(args[0], builder.sitofp(v, _vf) if as_signed else builder.uitofp(v, _vf))
+        return builder.fmul(args[0], builder.uitofp(v, _vf))
 
-    return f32x16(d, w0, w1, off, signed), codegen
+    return f32x16(d, w0, w1, off), codegen
 
 
 def _dpbusd512(builder, acc, u, s):
@@ -276,15 +268,15 @@ def _q4_k_wide(w0, w1, o, xs, xas, sb, acc):
         kx = sb * 8 + 2 * p
         for half in range(2):
             steps = wide_nibbles(w0, w1, o + _Q4_K_Q + 256 * p, 4 * half)
-            s = wide_scale_bytes(d, w0, w1, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
+            s = wide_scale_bytes(d, w0, w1, o + _Q4_K_SCALE + 16 * p + 8 * half)
             e = kx * 32 + 32 * half
             c0 = wide_scale_add(c0, wide_dot(steps, x0, e), s, a0[XD, kx + half])
             c1 = wide_scale_add(c1, wide_dot(steps, x1, e), s, a1[XD, kx + half])
             c2 = wide_scale_add(c2, wide_dot(steps, x2, e), s, a2[XD, kx + half])
             c3 = wide_scale_add(c3, wide_dot(steps, x3, e), s, a3[XD, kx + half])
         mn = o + _Q4_K_MINS + 16 * p
-        m0 = wide_scale_bytes(dmin, w0, w1, mn, False)
-        m1 = wide_scale_bytes(dmin, w0, w1, mn + 8, False)
+        m0 = wide_scale_bytes(dmin, w0, w1, mn)
+        m1 = wide_scale_bytes(dmin, w0, w1, mn + 8)
         t0 = wide_fma(wide_fma(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
         t1 = wide_fma(wide_fma(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
         t2 = wide_fma(wide_fma(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])

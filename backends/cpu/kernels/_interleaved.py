@@ -28,7 +28,7 @@ from llvmlite import ir
 from numba import literally, njit, prange
 from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic, models, register_model
+from numba.extending import intrinsic
 
 from ..sync import first_share, next_share
 from . import formats as F
@@ -36,8 +36,9 @@ from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
-                    _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, f32x8, i8x32, prefetch, prefetch_l2, vz8)
-from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide
+                    _fma, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
+                    prefetch_l2, store_rows, vz8)
+from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide, store_four
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
@@ -52,22 +53,6 @@ LOOP_PARTS = 64
 # A prompt's tokens go in chunks: a chunk's int8 activations (64 x cols bytes) stay in L1/L2 while
 # every row group passes over them; all 512 at once spill (T=512 measured 1.0-2.5x slower per flop).
 TOKENS_PER_CHUNK = 64
-
-
-class I32x8Type(types.Type):
-    """8 int32 lanes (an LLVM <8 x i32>): the exact integer sums of one block, lane r = row r."""
-
-    def __init__(self):
-        super().__init__(name="llamay.I32x8")
-
-
-i32x8 = I32x8Type()
-
-
-@register_model(I32x8Type)
-class _I32x8Model(models.PrimitiveModel):
-    def __init__(self, dmm, fe_type):
-        super().__init__(dmm, fe_type, _vi8)
 
 
 def _load32(context, builder, sig, args, i):
@@ -347,10 +332,6 @@ def _halves8(context, builder, sig, args, i):
     return _h2f(builder, h)
 
 
-def _fma8(builder, a, b, c):
-    return builder.call(_llvm_fn(builder, "llvm.fma.v8f32", _vf8, [_vf8, _vf8, _vf8]), [a, b, c])
-
-
 @intrinsic
 def scale_add(typingctx, acc, dot, w, off, dx):
     """fma(float(dot), d * dx, acc) with d the eight half scales at w[off:off+16]."""
@@ -360,7 +341,7 @@ def scale_add(typingctx, acc, dot, w, off, dx):
     def codegen(context, builder, sig, args):
         d = _halves8(context, builder, sig, args, 2)
         s = builder.fmul(d, _splat(builder, context.cast(builder, args[4], sig.args[4], types.float32), _vf8))
-        return _fma8(builder, builder.sitofp(args[1], _vf8), s, args[0])
+        return _fma(builder, builder.sitofp(args[1], _vf8), s, args[0])
 
     return f32x8(acc, dot, w, off, dx), codegen
 
@@ -374,24 +355,9 @@ def halves_add(typingctx, acc, w, off, c):
     def codegen(context, builder, sig, args):
         h = _halves8(context, builder, sig, args, 1)
         c = _splat(builder, context.cast(builder, args[3], sig.args[3], types.float32), _vf8)
-        return _fma8(builder, h, c, args[0])
+        return _fma(builder, h, c, args[0])
 
     return f32x8(acc, w, off, c), codegen
-
-
-@intrinsic
-def store_rows(typingctx, out, oo, acc, tail, c):
-    """out[oo:oo+8] = acc + tail * c (c a power of two or 0: the product is exact)."""
-    if not _is_f32_array(out) or acc != f32x8 or tail != f32x8:
-        return None
-
-    def codegen(context, builder, sig, args):
-        c = _splat(builder, context.cast(builder, args[4], sig.args[4], types.float32), _vf8)
-        v = builder.fadd(args[2], builder.fmul(args[3], c))
-        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], _vf8), align=4)
-        return context.get_dummy_value()
-
-    return types.none(out, oo, acc, tail, c), codegen
 
 
 @intrinsic
@@ -420,32 +386,6 @@ def scale_bytes(typingctx, d, w, off, signed):
         return builder.fmul(args[0], f)
 
     return f32x8(d, w, off, signed), codegen
-
-
-@intrinsic
-def dot_add(typingctx, acc, dot, s, dx):
-    """fma(float(dot), s * dx, acc): a run's exact integer sums, scaled per row and by x's scale."""
-    if acc != f32x8 or dot != i32x8 or s != f32x8:
-        return None
-
-    def codegen(context, builder, sig, args):
-        sx = builder.fmul(args[2], _splat(builder, context.cast(builder, args[3], sig.args[3], types.float32), _vf8))
-        return _fma8(builder, builder.sitofp(args[1], _vf8), sx, args[0])
-
-    return f32x8(acc, dot, s, dx), codegen
-
-
-@intrinsic
-def offset_add(typingctx, acc, s, c):
-    """fma(s, c, acc): eight rows' offsets (or scales) times one sum of x."""
-    if acc != f32x8 or s != f32x8:
-        return None
-
-    def codegen(context, builder, sig, args):
-        c = _splat(builder, context.cast(builder, args[2], sig.args[2], types.float32), _vf8)
-        return _fma8(builder, args[1], c, args[0])
-
-    return f32x8(acc, s, c), codegen
 
 
 @_exact
@@ -583,15 +523,6 @@ def _block_sums(a, b, wg, o, m, xa, k, acc, tail):
     acc = scale_add(acc, iadd8(a, b), wg, o, xa[XD, k])
     tail = halves_add(tail, wg, o + m if m >= 0 else o, xa[XC32, k])
     return acc, tail
-
-
-@_exact
-def _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3):
-    c = _offset_scale(code)
-    store_rows(OUT[t], oo, c0, t0, c)
-    store_rows(OUT[t + 1], oo, c1, t1, c)
-    store_rows(OUT[t + 2], oo, c2, t2, c)
-    store_rows(OUT[t + 3], oo, c3, t3, c)
 
 
 @_exact
@@ -805,7 +736,7 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
             c1, t1 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x1, a1, k, c1, t1)
             c2, t2 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x2, a2, k, c2, t2)
             c3, t3 = _block_token(l0, l1, l2, l3, h0, h1, h2, h3, wg, o, m, x3, a3, k, c3, t3)
-    _store_four(code, OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3)
+    store_four(OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3, _offset_scale(code))
 
 
 @_exact

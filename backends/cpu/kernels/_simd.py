@@ -57,6 +57,13 @@ class I32x16Type(types.Type):
         super().__init__(name="llamay.I32x16")
 
 
+class I32x8Type(types.Type):
+    """8 int32 lanes (an LLVM <8 x i32>): the exact integer sums of one block, lane r = row r."""
+
+    def __init__(self):
+        super().__init__(name="llamay.I32x8")
+
+
 class I8x32Type(types.Type):
     """32 int8 lanes (an LLVM <32 x i8>): one 32-quant block for the int8 dot paths."""
 
@@ -73,6 +80,7 @@ class F32x8Type(types.Type):
 
 f32x16 = F32x16Type()
 i32x16 = I32x16Type()
+i32x8 = I32x8Type()
 i8x32 = I8x32Type()
 f32x8 = F32x8Type()
 
@@ -87,6 +95,12 @@ class _F32x16Model(models.PrimitiveModel):
 class _I32x16Model(models.PrimitiveModel):
     def __init__(self, dmm, fe_type):
         super().__init__(dmm, fe_type, _vi)
+
+
+@register_model(I32x8Type)
+class _I32x8Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _vi8)
 
 
 @register_model(I8x32Type)
@@ -980,8 +994,63 @@ def vdp2(typingctx, acc, a, xq, xo, s0, s1):
 # float accumulator through one explicit `llvm.fma`.
 
 
-def _fma8(builder, a, b, c):
-    return builder.call(_llvm_fn(builder, "llvm.fma.v8f32", _vf8, [_vf8, _vf8, _vf8]), [a, b, c])
+def _fma(builder, a, b, c):
+    """llvm.fma on float vectors of any width (a's): exact, whatever the lane count."""
+    vty = a.type
+    return builder.call(_llvm_fn(builder, f"llvm.fma.v{vty.count}f32", vty, [vty, vty, vty]), [a, b, c])
+
+
+# The float steps every int8 row kernel ends a block with, on eight rows (f32x8, i32x8) or sixteen
+# (f32x16, i32x16): one definition, so a row's bits are the same whichever width computed it.
+_WIDTHS = {f32x8: (i32x8, _vf8), f32x16: (i32x16, _vf)}
+
+
+def _scalar_splat(context, builder, sig, args, i, vty):
+    return _splat(builder, context.cast(builder, args[i], sig.args[i], types.float32), vty)
+
+
+@intrinsic
+def dot_add(typingctx, acc, dot, s, dx):
+    """fma(float(dot), s * dx, acc) lane by lane: a run's exact integer sums, scaled per row and
+    by x's scale."""
+    if acc not in _WIDTHS or dot != _WIDTHS[acc][0] or s != acc:
+        return None
+    vty = _WIDTHS[acc][1]
+
+    def codegen(context, builder, sig, args):
+        sx = builder.fmul(args[2], _scalar_splat(context, builder, sig, args, 3, vty))
+        return _fma(builder, builder.sitofp(args[1], vty), sx, args[0])
+
+    return acc(acc, dot, s, dx), codegen
+
+
+@intrinsic
+def offset_add(typingctx, acc, s, c):
+    """fma(s, c, acc) lane by lane: rows' offsets (or scales) times one sum of x."""
+    if acc not in _WIDTHS or s != acc:
+        return None
+    vty = _WIDTHS[acc][1]
+
+    def codegen(context, builder, sig, args):
+        return _fma(builder, args[1], _scalar_splat(context, builder, sig, args, 2, vty), args[0])
+
+    return acc(acc, s, c), codegen
+
+
+@intrinsic
+def store_rows(typingctx, out, oo, acc, tail, c):
+    """out[oo:oo+n] = acc + tail * c for n = 8 or 16 lanes (c a power of two or 0: the product is
+    exact)."""
+    if not _is_f32_array(out) or acc not in _WIDTHS or tail != acc:
+        return None
+    vty = _WIDTHS[acc][1]
+
+    def codegen(context, builder, sig, args):
+        v = builder.fadd(args[2], builder.fmul(args[3], _scalar_splat(context, builder, sig, args, 4, vty)))
+        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], vty), align=4)
+        return context.get_dummy_value()
+
+    return types.none(out, oo, acc, tail, c), codegen
 
 
 def _halves(context, builder, sig, args, i):
@@ -1002,7 +1071,7 @@ def qfma(typingctx, acc, a, xq, xo, s0, s1):
     def codegen(context, builder, sig, args):
         xv = builder.load(_ptr(context, builder, sig.args[2], args[2], args[3], _vb32), align=1)
         d = builder.sitofp(_dpbusd(builder, args[1], xv), _vf8)
-        return _fma8(builder, d, _halves(context, builder, sig, args, 4), args[0])
+        return _fma(builder, d, _halves(context, builder, sig, args, 4), args[0])
 
     return f32x8(acc, a, xq, xo, s0, s1), codegen
 
@@ -1020,7 +1089,7 @@ def qfmas(typingctx, acc, u, a, xq, xo, s):
         sx = builder.select(builder.icmp_signed("<", args[2], zero), builder.sub(zero, xv), xv)
         d = builder.sitofp(_dpbusd(builder, args[1], sx), _vf8)
         sv = _splat(builder, _as_f32(context, builder, args[5], sig.args[5]), _vf8)
-        return _fma8(builder, d, sv, args[0])
+        return _fma(builder, d, sv, args[0])
 
     return f32x8(acc, u, a, xq, xo, s), codegen
 
@@ -1057,10 +1126,6 @@ def qhsum(typingctx, v):
 # let the optimizer reassociate differently in each calling context; these carry none, and fuse
 # multiply-adds only through an explicit `llvm.fma`, so the rounding sequence is what the source
 # says in every context.
-
-
-def _fma(builder, a, b, c):
-    return builder.call(_llvm_fn(builder, "llvm.fma.v16f32", _vf, [_vf, _vf, _vf]), [a, b, c])
 
 
 @intrinsic

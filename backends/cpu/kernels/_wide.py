@@ -8,10 +8,10 @@ rows, with immediate shifts where the one-token path (`nib_block16`: two steps o
 vector) needs variable ones. Four tokens share each block's unpacking, as in `four_tokens`.
 
 Bits: lane r of a group's half gets the integer sums of `_eight_steps` (exact integer adds in
-any order give the same integer), then the float operations of `_block_sums` and `store_rows`,
-lane by lane: `fma(float(dot), d * dx, acc)`, `fma(h, c, tail)`, `acc + tail * c`. A token's rows
-get the bits `token_rows` and `four_tokens` give them, so batch invariance holds whichever path
-a row takes (`test_cpu_interleaved.py`).
+any order give the same integer), then the very intrinsics of `_block_sums` (`dot_add`,
+`offset_add`) and `store_rows` at sixteen lanes, the same operations lane by lane. A token's
+rows get the bits `token_rows` and `four_tokens` give them, so batch invariance holds whichever
+path a row takes (`test_cpu_interleaved.py`).
 
 The 4- and 5-bit block formats (Q4_0, Q4_1, Q5_0, Q5_1: `four_tokens_wide`) and Q4_K
 (`four_tokens_wide_k`: each run's steps, scales and order as `_q4_k_superblock4`). Q8_0 has no
@@ -27,8 +27,8 @@ from numba.extending import intrinsic, models, register_model
 
 from . import formats as F
 from ._rows import XC32, XD
-from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr,
-                    _splat, _vf, _vi, f32x16, i32x16, prefetch, vzero)
+from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _splat, _vf,
+                    _vi, dot_add, f32x16, i32x16, offset_add, prefetch, store_rows, vzero)
 from .interleaved import Q4_K_LAYOUT
 
 _exact = njit(cache=True, nogil=True)
@@ -172,58 +172,20 @@ def wide_halves(typingctx, w0, w1, off):
     return f32x16(w0, w1, off), codegen
 
 
-def _fma16(builder, a, b, c):
-    return builder.call(_llvm_fn(builder, "llvm.fma.v16f32", _vf, [_vf, _vf, _vf]), [a, b, c])
-
-
-def _f32(context, builder, sig, args, i):
-    return _splat(builder, context.cast(builder, args[i], sig.args[i], types.float32), _vf)
-
-
-@intrinsic
-def wide_scale_add(typingctx, acc, dot, d, dx):
-    """fma(float(dot), d * dx, acc) lane by lane: `scale_add` on sixteen rows."""
-    if acc != f32x16 or dot != i32x16 or d != f32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        s = builder.fmul(args[2], _f32(context, builder, sig, args, 3))
-        return _fma16(builder, builder.sitofp(args[1], _vf), s, args[0])
-
-    return f32x16(acc, dot, d, dx), codegen
-
-
-@intrinsic
-def wide_fma(typingctx, acc, h, c):
-    """fma(h, c, acc) lane by lane: `halves_add` on sixteen rows."""
-    if acc != f32x16 or h != f32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return _fma16(builder, args[1], _f32(context, builder, sig, args, 2), args[0])
-
-    return f32x16(acc, h, c), codegen
-
-
-@intrinsic
-def wide_store(typingctx, out, oo, acc, tail, c):
-    """out[oo:oo+16] = acc + tail * c: `store_rows` on sixteen rows."""
-    if not _is_f32_array(out) or acc != f32x16 or tail != f32x16:
-        return None
-
-    def codegen(context, builder, sig, args):
-        v = builder.fadd(args[2], builder.fmul(args[3], _f32(context, builder, sig, args, 4)))
-        builder.store(v, _ptr(context, builder, sig.args[0], args[0], args[1], _vf), align=4)
-        return context.get_dummy_value()
-
-    return types.none(out, oo, acc, tail, c), codegen
+@_exact
+def store_four(OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3, c):
+    """`store_rows` of tokens t..t+3 (eight or sixteen rows from oo): acc + tail * c each."""
+    store_rows(OUT[t], oo, c0, t0, c)
+    store_rows(OUT[t + 1], oo, c1, t1, c)
+    store_rows(OUT[t + 2], oo, c2, t2, c)
+    store_rows(OUT[t + 3], oo, c3, t3, c)
 
 
 @_exact
 def _token(steps, d, h, xq, xa, k, acc, tail):
     # one token's part of a block: `_block_sums` of its integer sums, on sixteen rows
-    acc = wide_scale_add(acc, wide_dot(steps, xq, k * 32), d, xa[XD, k])
-    return acc, wide_fma(tail, h, xa[XC32, k])
+    acc = dot_add(acc, wide_dot(steps, xq, k * 32), d, xa[XD, k])
+    return acc, offset_add(tail, h, xa[XC32, k])
 
 
 @_exact
@@ -250,10 +212,7 @@ def four_tokens_wide(code, w0, w1, XQ, XA, OUT, t, oo, tile, q, m, hb, c):
         c1, t1 = _token(steps, d, h, x1, a1, k, c1, t1)
         c2, t2 = _token(steps, d, h, x2, a2, k, c2, t2)
         c3, t3 = _token(steps, d, h, x3, a3, k, c3, t3)
-    wide_store(OUT[t], oo, c0, t0, c)
-    wide_store(OUT[t + 1], oo, c1, t1, c)
-    wide_store(OUT[t + 2], oo, c2, t2, c)
-    wide_store(OUT[t + 3], oo, c3, t3, c)
+    store_four(OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3, c)
 
 
 @_exact
@@ -270,17 +229,17 @@ def _q4_k_wide(w0, w1, o, xs, xas, sb, acc):
             steps = wide_nibbles(w0, w1, o + _Q4_K_Q + 256 * p, 4 * half)
             s = wide_scale_bytes(d, w0, w1, o + _Q4_K_SCALE + 16 * p + 8 * half)
             e = kx * 32 + 32 * half
-            c0 = wide_scale_add(c0, wide_dot(steps, x0, e), s, a0[XD, kx + half])
-            c1 = wide_scale_add(c1, wide_dot(steps, x1, e), s, a1[XD, kx + half])
-            c2 = wide_scale_add(c2, wide_dot(steps, x2, e), s, a2[XD, kx + half])
-            c3 = wide_scale_add(c3, wide_dot(steps, x3, e), s, a3[XD, kx + half])
+            c0 = dot_add(c0, wide_dot(steps, x0, e), s, a0[XD, kx + half])
+            c1 = dot_add(c1, wide_dot(steps, x1, e), s, a1[XD, kx + half])
+            c2 = dot_add(c2, wide_dot(steps, x2, e), s, a2[XD, kx + half])
+            c3 = dot_add(c3, wide_dot(steps, x3, e), s, a3[XD, kx + half])
         mn = o + _Q4_K_MINS + 16 * p
         m0 = wide_scale_bytes(dmin, w0, w1, mn)
         m1 = wide_scale_bytes(dmin, w0, w1, mn + 8)
-        t0 = wide_fma(wide_fma(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
-        t1 = wide_fma(wide_fma(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
-        t2 = wide_fma(wide_fma(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])
-        t3 = wide_fma(wide_fma(t3, m0, a3[XC32, kx]), m1, a3[XC32, kx + 1])
+        t0 = offset_add(offset_add(t0, m0, a0[XC32, kx]), m1, a0[XC32, kx + 1])
+        t1 = offset_add(offset_add(t1, m0, a1[XC32, kx]), m1, a1[XC32, kx + 1])
+        t2 = offset_add(offset_add(t2, m0, a2[XC32, kx]), m1, a2[XC32, kx + 1])
+        t3 = offset_add(offset_add(t3, m0, a3[XC32, kx]), m1, a3[XC32, kx + 1])
     return c0, c1, c2, c3, t0, t1, t2, t3
 
 
@@ -299,10 +258,7 @@ def four_tokens_wide_k(code, w0, w1, XQ, XA, OUT, t, oo, tile, c):
             prefetch(w1, o + line + PREFETCH_BYTES)
         acc = _q4_k_wide(w0, w1, o, xs, xas, sb, acc)
     c0, c1, c2, c3, t0, t1, t2, t3 = acc
-    wide_store(OUT[t], oo, c0, t0, c)
-    wide_store(OUT[t + 1], oo, c1, t1, c)
-    wide_store(OUT[t + 2], oo, c2, t2, c)
-    wide_store(OUT[t + 3], oo, c3, t3, c)
+    store_four(OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3, c)
 
 
 @_exact
@@ -311,4 +267,4 @@ def has_wide(code):
     return code == F.Q4_0 or code == F.Q4_1 or code == F.Q5_0 or code == F.Q5_1 or code == F.Q4_K
 
 
-__all__ = ["four_tokens_wide", "four_tokens_wide_k", "has_wide"]
+__all__ = ["four_tokens_wide", "four_tokens_wide_k", "has_wide", "store_four"]

@@ -35,8 +35,8 @@ from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
-                    _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
-                    _fma, _splat, _vb32, _vf8, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
+                    _dpbusd512, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
+                    _fma, _splat, _vb32, _vb64, _vf8, _vi, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
                     prefetch_l2, store_rows, vz8)
 from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide, store_four
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
@@ -180,20 +180,11 @@ def q8_dot(typingctx, dot, xi, k):
     return i32x8(dot, xi, k), codegen
 
 
-_vb64 = ir.VectorType(_i8, 64)
-_vi16 = ir.VectorType(_i32, 16)
-
-
-def _dpbusd512(builder, acc, u, s):
-    fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.512", _vi16, [_vi16, _vi16, _vi16])
-    return builder.call(fn, [acc, builder.bitcast(u, _vi16), s])
-
-
 def _x_pairs(context, builder, sig, args, i):
     """x[e:e+32] (args i, i+1) as four 512-bit operands, k = 0..3: x[e+8k:e+8k+4] in every lane of
     the low half, x[e+8k+4:e+8k+8] in the high half, to dot two 256-bit steps at once."""
     xv = builder.load(_ptr(context, builder, sig.args[i], args[i], args[i + 1], _vi8), align=1)
-    return [builder.shuffle_vector(xv, xv, ir.Constant(_vi16, [2 * k] * 8 + [2 * k + 1] * 8)) for k in range(4)]
+    return [builder.shuffle_vector(xv, xv, ir.Constant(_vi, [2 * k] * 8 + [2 * k + 1] * 8)) for k in range(4)]
 
 
 def _halves_sum(builder, v):
@@ -232,21 +223,21 @@ def nib_block16(typingctx, w, qo, ho, xq, e, fifth):
         hi01, hi23 = builder.and_(builder.lshr(q01, four), m15), builder.and_(builder.lshr(q23, four), m15)
         if with_fifth:
             h = builder.load(_ptr(context, builder, sig.args[0], args[0], args[2], _vi8), align=1)
-            h = builder.shuffle_vector(h, h, ir.Constant(_vi16, list(range(8)) * 2))
-            bit4 = ir.Constant(_vi16, [0x10101010] * 16)
+            h = builder.shuffle_vector(h, h, ir.Constant(_vi, list(range(8)) * 2))
+            bit4 = ir.Constant(_vi, [0x10101010] * 16)
 
             def fifth_bits(shifted):
                 return builder.bitcast(builder.and_(shifted, bit4), _vb64)
 
             def shifts(a, b):
-                return ir.Constant(_vi16, [a] * 8 + [b] * 8)
+                return ir.Constant(_vi, [a] * 8 + [b] * 8)
 
             # step p's bit p (p < 4) up to bit 4; step p + 4's bit p + 4 down to it
             lo01 = builder.or_(lo01, fifth_bits(builder.shl(h, shifts(4, 3))))
             lo23 = builder.or_(lo23, fifth_bits(builder.shl(h, shifts(2, 1))))
             hi01 = builder.or_(hi01, fifth_bits(builder.lshr(h, shifts(0, 1))))
             hi23 = builder.or_(hi23, fifth_bits(builder.lshr(h, shifts(2, 3))))
-        zero = ir.Constant(_vi16, None)
+        zero = ir.Constant(_vi, None)
         a = _dpbusd512(builder, _dpbusd512(builder, zero, lo01, x0), lo23, x1)
         b = _dpbusd512(builder, _dpbusd512(builder, zero, hi01, x2), hi23, x3)
         return _halves_sum(builder, builder.add(a, b))
@@ -267,7 +258,7 @@ def nib_run16(typingctx, w, qo, xq, e, shift):
         m15 = ir.Constant(_vb64, [15] * 64)
         by = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb64)
         ns = [builder.and_(builder.lshr(_load64(context, builder, sig, args, 0, 64 * i), by), m15) for i in range(4)]
-        zero = ir.Constant(_vi16, None)
+        zero = ir.Constant(_vi, None)
         a = _dpbusd512(builder, _dpbusd512(builder, zero, ns[0], xs[0]), ns[1], xs[1])
         b = _dpbusd512(builder, _dpbusd512(builder, zero, ns[2], xs[2]), ns[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))
@@ -289,18 +280,18 @@ def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
     def codegen(context, builder, sig, args):
         xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
         m15 = ir.Constant(_vb64, [15] * 64)
-        bits45 = ir.Constant(_vi16, [0x30303030] * 16)
+        bits45 = ir.Constant(_vi, [0x30303030] * 16)
         units = []
         for i in range(2):
             q = _load64(context, builder, sig, args, 0, 128 * g + 64 * i)
             if tt >= 2:
                 q = builder.lshr(q, ir.Constant(_vb64, [4] * 64))
-            h = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi16)
+            h = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
             shift = 4 - 2 * tt
-            h = builder.shl(h, ir.Constant(_vi16, [shift] * 16)) if shift > 0 else (
-                builder.lshr(h, ir.Constant(_vi16, [-shift] * 16)) if shift < 0 else h)
+            h = builder.shl(h, ir.Constant(_vi, [shift] * 16)) if shift > 0 else (
+                builder.lshr(h, ir.Constant(_vi, [-shift] * 16)) if shift < 0 else h)
             units.append(builder.or_(builder.and_(q, m15), builder.bitcast(builder.and_(h, bits45), _vb64)))
-        zero = ir.Constant(_vi16, None)
+        zero = ir.Constant(_vi, None)
         a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
         return _halves_sum(builder, a)
 
@@ -318,7 +309,7 @@ def q8_block16(typingctx, w, qo, xq, e):
         xs = _x_pairs(context, builder, sig, args, 2)
         flip = ir.Constant(_vb64, [128] * 64)
         qs = [builder.xor(_load64(context, builder, sig, args, 0, 64 * p), flip) for p in range(4)]
-        zero = ir.Constant(_vi16, None)
+        zero = ir.Constant(_vi, None)
         a = _dpbusd512(builder, _dpbusd512(builder, zero, qs[0], xs[0]), qs[2], xs[2])
         b = _dpbusd512(builder, _dpbusd512(builder, zero, qs[1], xs[1]), qs[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))

@@ -37,6 +37,7 @@ _vi = ir.VectorType(_i32, LANES)
 _vb = ir.VectorType(_i8, LANES)
 _vh = ir.VectorType(_i16, LANES)
 _vb32 = ir.VectorType(_i8, 32)
+_vb64 = ir.VectorType(_i8, 64)
 _vi32x32 = ir.VectorType(_i32, 32)
 _vf8 = ir.VectorType(_f32, 8)
 _vi8 = ir.VectorType(_i32, 8)
@@ -691,6 +692,12 @@ def vsubk(typingctx, a, k):
 def _llvm_fn(builder, name, ret, args):
     fn = builder.module.globals.get(name)
     return fn or ir.Function(builder.module, ir.FunctionType(ret, args), name)
+
+
+def _dpbusd512(builder, acc, u, s):
+    """acc + the 512-bit `vpdpbusd` of unsigned bytes u and signed bytes s (sixteen dword lanes)."""
+    fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.512", _vi, [_vi, _vi, _vi])
+    return builder.call(fn, [acc, builder.bitcast(u, _vi), s])
 
 
 @intrinsic

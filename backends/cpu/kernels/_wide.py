@@ -27,12 +27,11 @@ from numba.extending import intrinsic, models, register_model
 
 from . import formats as F
 from ._rows import XC32, XD
-from ._simd import (PREFETCH_BYTES, _h2f, _i8, _i16, _i32, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _splat, _vf,
+from ._simd import (PREFETCH_BYTES, _dpbusd512, _h2f, _i8, _i16, _i32, _is_i8_array, _is_u8_array, _ptr, _splat, _vb64, _vf,
                     _vi, dot_add, f32x16, i32x16, offset_add, prefetch, store_rows, vzero)
 from .interleaved import Q4_K_LAYOUT
 
 _exact = njit(cache=True, nogil=True)
-_vb64 = ir.VectorType(_i8, 64)
 _steps = ir.ArrayType(_vb64, 8)
 _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.q_at, Q4_K_LAYOUT.scale_at, Q4_K_LAYOUT.mins_at
 
@@ -132,11 +131,6 @@ def wide_scale_bytes(typingctx, d, w0, w1, off):
         return builder.fmul(args[0], builder.uitofp(v, _vf))
 
     return f32x16(d, w0, w1, off), codegen
-
-
-def _dpbusd512(builder, acc, u, s):
-    fn = _llvm_fn(builder, "llvm.x86.avx512.vpdpbusd.512", _vi, [_vi, _vi, _vi])
-    return builder.call(fn, [acc, builder.bitcast(u, _vi), s])
 
 
 @intrinsic

@@ -158,6 +158,19 @@ try:
 except ImportError:  # hypothesis is a test extra; the seeded tests above still run
     pass
 else:
+    _finite_f32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.one_of(_finite_f32, st.sampled_from([0.0, -0.0, 1e-45, -1e-45, 1e-38, -3.4e38, 3.4e38])),
+                    min_size=64, max_size=64))
+    def test_a_block_scale_is_its_largest_magnitude_over_127(values):
+        # max|x| is taken on the sign-cleared bits (`_simd.q8_block`): the same float as the
+        # float maximum for every finite x, signed zeros and subnormals included
+        x = np.array(values, np.float32)
+        _, xa = K.prepare_x_q8(x)
+        want = (np.abs(x.reshape(-1, 32)).max(axis=1) / np.float32(127)).astype(np.float32)
+        assert np.array_equal(xa[XD][:2].view(np.uint32), want.view(np.uint32))
+
     @settings(max_examples=25, deadline=None)
     @given(st.sampled_from(QUANT), st.integers(1, 9), st.integers(1, 4), st.integers(1, 5), st.integers(0, 2**31))
     def test_int8_kernel_is_the_scheme_for_any_shape(name, rows, blocks, tokens, seed):

@@ -37,7 +37,7 @@ from ._rows import XC16, XC32, XD, XI32, deq_row
 from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _dpbusd512, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
                     _fma, _splat, _vb32, _vb64, _vf8, _vi, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
-                    prefetch_l2, store_rows, vz8)
+                    inlined, prefetch_l2, store_rows, vz8)
 from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide, store_four
 from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
@@ -554,7 +554,7 @@ def _q4_k_tail(wg, o, dmin, p, xa, kx, tail):
     return offset_add(tail, scale_bytes(dmin, wg, mn + 8, False), xa[XC32, kx + 1])
 
 
-@_exact
+@inlined
 def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
     # run j = 4h + t: low four bits in ql chunk 2h + (t & 1) (nibble t >> 1), two high bits at
     # 2t of qh chunk h; 16-quant groups 2j (steps 0-3) and 2j + 1 (steps 4-7). Written out run
@@ -627,7 +627,7 @@ def _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, dx, s, acc):
     return dot_add(acc, iadd8(a, b), s, dx)
 
 
-@_exact
+@inlined
 def _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
     # `_q4_k_superblock` for four tokens, each nibble step unpacked once; every chain (a token's
     # acc, its tail) sees the same operations in the same order as alone
@@ -667,7 +667,7 @@ def _q6_k_sums(a, b, xa, kx, s0, s1, acc, tail):
     return acc, offset_add(tail, s1, xa[XC16, 2 * kx + 1])
 
 
-@_exact
+@inlined
 def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
     # `_q6_k_superblock` for four tokens: each run's six-bit quants are assembled once, not per
     # token (most of a Q6_K run's instructions), so prompts go ~3x fewer instructions per dot;
@@ -684,7 +684,7 @@ def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3,
     return _q6_k_one4(wg, o, xs, xas, sb, d, 1, 3, acc)
 
 
-@_exact
+@inlined
 def _q6_k_one4(wg, o, xs, xas, sb, d, h, t, acc):
     # run 4h + t of a Q6_K super-block for four tokens
     kx = sb * 8 + 4 * h + t

@@ -22,7 +22,7 @@ import math
 
 import llvmlite.binding as llb
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import config
 from numba.extending import intrinsic, models, register_model
 
@@ -297,6 +297,14 @@ def ld_f32_elem(typingctx, w, i):
 
     return types.float32(w, i), codegen
 
+
+# The decorator of a kernel's piece that its caller must absorb: a per-super-block or per-run
+# function LLVM left as a call (too large for its inliner once the AVX2 dots take three
+# instructions each) passed its eight vector accumulators through the stack and reloaded its
+# array arguments on every call. Inlined by Numba, with the same operations in the same order
+# (same bits): one thread from L2, Q6_K four tokens 17-20 -> 34-36 GMAC/s on the AVX2 path,
+# one token 24-29 -> 29-34 GB/s with AVX-512 (docs/performance.md, twenty-sixth session).
+inlined = njit(inline="always")
 
 # ---------------------------------------------------------------- prefetch
 

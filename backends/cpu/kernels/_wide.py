@@ -28,7 +28,7 @@ from numba.extending import intrinsic, models, register_model
 from . import formats as F
 from ._rows import XC32, XD
 from ._simd import (PREFETCH_BYTES, _dpbusd512, _h2f, _i8, _i16, _i32, _is_i8_array, _is_u8_array, _ptr, _splat, _vb64, _vf,
-                    _vi, dot_add, f32x16, i32x16, offset_add, prefetch, store_rows, vzero)
+                    _vi, dot_add, inlined, f32x16, i32x16, offset_add, prefetch, store_rows, vzero)
 from .interleaved import Q4_K_LAYOUT
 
 _exact = njit(cache=True, nogil=True)
@@ -209,7 +209,7 @@ def four_tokens_wide(code, w0, w1, XQ, XA, OUT, t, oo, tile, q, m, hb, c):
     store_four(OUT, t, oo, c0, c1, c2, c3, t0, t1, t2, t3, c)
 
 
-@_exact
+@inlined
 def _q4_k_wide(w0, w1, o, xs, xas, sb, acc):
     # `_q4_k_superblock4` on two groups: each run's nibbles unpacked once for both and four tokens
     x0, x1, x2, x3 = xs

@@ -39,12 +39,14 @@ from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1,
                     _fma, _splat, _vb32, _vb64, _vf8, _vi, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
                     inlined, prefetch_l2, store_rows, vz8)
 from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide, store_four
-from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
+from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q5_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
 # the K-quant tiles' offsets as plain ints, which Numba freezes into the code
 _Q4_K_TILE, _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.tile, Q4_K_LAYOUT.q_at, Q4_K_LAYOUT.scale_at, Q4_K_LAYOUT.mins_at
 _Q6_K_TILE, _Q6_K_QL, _Q6_K_QH, _Q6_K_SCALE = Q6_K_LAYOUT.tile, Q6_K_LAYOUT.q_at, Q6_K_LAYOUT.qh_at, Q6_K_LAYOUT.scale_at
+# Q5_K: Q4_K's tile (the same offsets) and the fifth bits after it
+_Q5_K_TILE, _Q5_K_QH = Q5_K_LAYOUT.tile, Q5_K_LAYOUT.qh_at
 # Row groups per parallel task: 16 rows, as the other decode kernels' ROWS_PER_TASK.
 GROUPS_PER_TASK = 2
 # `_tasks`' parallel loop runs its tasks in this many runs (`run_tasks`), consecutive ones on a
@@ -267,6 +269,34 @@ def nib_run16(typingctx, w, qo, xq, e, shift):
 
 
 @intrinsic
+def nib5_run16(typingctx, w, qo, ho, xq, e, shift, run):
+    """`nib_run16` for a Q5_K run (`run` 0-7): each step's nibbles with the run's fifth bits over
+    them, bit `run` of the 256 bytes at w[ho:] (steps 2i, 2i + 1 at ho + 64i), moved to bit 0 and
+    then 4 by dword shifts (it stays in its byte); the integers `_eight_steps` gives the run."""
+    if not _is_u8_array(w) or not _is_i8_array(xq):
+        return None
+
+    def codegen(context, builder, sig, args):
+        xs = _x_pairs(context, builder, sig, args, 3)
+        m15 = ir.Constant(_vb64, [15] * 64)
+        bit0 = ir.Constant(_vi, [0x01010101] * 16)
+        by = _splat(builder, context.cast(builder, args[5], sig.args[5], types.uint8), _vb64)
+        down = _splat(builder, context.cast(builder, args[6], sig.args[6], types.uint32), _vi)
+        units = []
+        for i in range(4):
+            q = builder.and_(builder.lshr(_load64(context, builder, sig, args, 0, 64 * i), by), m15)
+            h = builder.bitcast(_load64(context, builder, sig, args, 0, 64 * i, at=2), _vi)
+            h = builder.shl(builder.and_(builder.lshr(h, down), bit0), ir.Constant(_vi, [4] * 16))
+            units.append(builder.or_(q, builder.bitcast(h, _vb64)))
+        zero = ir.Constant(_vi, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
+        b = _dpbusd512(builder, _dpbusd512(builder, zero, units[2], xs[2]), units[3], xs[3])
+        return _halves_sum(builder, builder.add(a, b))
+
+    return i32x8(w, qo, ho, xq, e, shift, run), codegen
+
+
+@intrinsic
 def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
     """Steps 4g..4g+3 (g = `group`) of a Q6_K run in 512-bit steps: low four bits the nibbles
     (shift 4 (t >> 1)) of the 128 bytes at w[lo + 128g:], the two high bits bits 2t, 2t + 1 of
@@ -389,7 +419,7 @@ def _offset_scale(code):
         return np.float32(-16.0)
     if code == F.Q8_0:
         return np.float32(0.0)
-    if code == F.Q4_K:
+    if code == F.Q4_K or code == F.Q5_K:
         return np.float32(-1.0)
     if code == F.Q6_K:
         return np.float32(-32.0)
@@ -517,10 +547,12 @@ def _block_sums(a, b, wg, o, m, xa, k, acc, tail):
 
 
 @_exact
-def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
+def _q4_k_superblock(code, wg, o, xq, xa, sb, acc, tail):
     # runs 2p (low nibbles) and 2p+1 (high) share a 32-byte word column; x blocks kx, kx + 1
     # (left as loops: written out run by run as `_q6_k_superblock`, 1 thread from L2 read
-    # 27-28 GB/s against the loops' 30-31)
+    # 27-28 GB/s against the loops' 30-31). Q5_K (`code`, a literal) is Q4_K with a fifth bit
+    # over each nibble: the same tile, scales, minima and order.
+    literally(code)
     d = halves(wg, o)
     dmin = halves(wg, o + 16)
     for p in range(4):
@@ -528,20 +560,35 @@ def _q4_k_superblock(wg, o, xq, xa, sb, acc, tail):
         for half in range(2):
             s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
             e = kx * 32 + 32 * half
-            if HAS_VNNI_512:  # the run's steps two at a time: the same integers
+            if HAS_VNNI_512 and code == F.Q5_K:  # the run's steps two at a time: the same integers
+                dot = nib5_run16(wg, o + _Q4_K_Q + 256 * p, o + _Q5_K_QH, xq, e, 4 * half, 2 * p + half)
+                acc = dot_add(acc, dot, s, xa[XD, kx + half])
+            elif HAS_VNNI_512:
                 acc = dot_add(acc, nib_run16(wg, o + _Q4_K_Q + 256 * p, xq, e, 4 * half), s, xa[XD, kx + half])
             else:
-                u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
+                u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(code, wg, o, p, half)
                 acc = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, xa[XD, kx + half], s, acc)
         tail = _q4_k_tail(wg, o, dmin, p, xa, kx, tail)
     return acc, tail
 
 
 @_exact
-def _q4_k_steps(wg, o, p, half):
-    # run 2p + half's eight steps: its nibbles (low or high) of word columns qo and qo + 128
+def _q4_k_steps(code, wg, o, p, half):
+    # run 2p + half's eight steps: its nibbles (low or high) of word columns qo and qo + 128, and
+    # for Q5_K (`code`) the run's fifth bits over them (bit 2p + half of the qh words)
     qo = o + _Q4_K_Q + 256 * p
     sh = 4 * half
+    if code == F.Q5_K:
+        ho = o + _Q5_K_QH
+        j = 2 * p + half
+        return (b_or(nib(wg, qo, sh), high_bits(wg, ho, j, 1)),
+                b_or(nib(wg, qo + 32, sh), high_bits(wg, ho + 32, j, 1)),
+                b_or(nib(wg, qo + 64, sh), high_bits(wg, ho + 64, j, 1)),
+                b_or(nib(wg, qo + 96, sh), high_bits(wg, ho + 96, j, 1)),
+                b_or(nib(wg, qo + 128, sh), high_bits(wg, ho + 128, j, 1)),
+                b_or(nib(wg, qo + 160, sh), high_bits(wg, ho + 160, j, 1)),
+                b_or(nib(wg, qo + 192, sh), high_bits(wg, ho + 192, j, 1)),
+                b_or(nib(wg, qo + 224, sh), high_bits(wg, ho + 224, j, 1)))
     return (nib(wg, qo, sh), nib(wg, qo + 32, sh), nib(wg, qo + 64, sh), nib(wg, qo + 96, sh),
             nib(wg, qo + 128, sh), nib(wg, qo + 160, sh), nib(wg, qo + 192, sh), nib(wg, qo + 224, sh))
 
@@ -628,15 +675,15 @@ def _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, xq, e, dx, s, acc):
 
 
 @inlined
-def _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
-    # `_q4_k_superblock` for four tokens, each nibble step unpacked once; every chain (a token's
-    # acc, its tail) sees the same operations in the same order as alone
+def _q4_k_superblock4(code, wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
+    # `_q4_k_superblock` for four tokens (Q4_K or Q5_K: `code`), each step unpacked once; every
+    # chain (a token's acc, its tail) sees the same operations in the same order as alone
     d = halves(wg, o)
     dmin = halves(wg, o + 16)
     for p in range(4):
         kx = sb * 8 + 2 * p
         for half in range(2):
-            u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(wg, o, p, half)
+            u0, u1, u2, u3, v0, v1, v2, v3 = _q4_k_steps(code, wg, o, p, half)
             s = scale_bytes(d, wg, o + _Q4_K_SCALE + 16 * p + 8 * half, False)
             e = kx * 32 + 32 * half
             c0 = _q4_k_half(u0, u1, u2, u3, v0, v1, v2, v3, x0, e, a0[XD, kx + half], s, c0)
@@ -707,13 +754,13 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
     a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
     c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
     t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
-    if code == F.Q4_K or code == F.Q6_K:
+    if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
         for sb in range(x0.shape[0] // 256):
             o = sb * tile
             for line in range(0, tile, 64):
                 prefetch(wg, o + line + PREFETCH_BYTES)
-            if code == F.Q4_K:
-                c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+            if code == F.Q4_K or code == F.Q5_K:
+                c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(code, wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
                                                                    c0, c1, c2, c3, t0, t1, t2, t3)
             else:
                 c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
@@ -732,7 +779,7 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
 
 @_exact
 def token_rows_k(code, wg, xq, xa, out, oo, tile):
-    """As `token_rows` for the K-quants (Q4_K, Q6_K): one tile per 256-quant super-block."""
+    """As `token_rows` for the K-quants (Q4_K, Q5_K, Q6_K): one tile per 256-quant super-block."""
     literally(code)
     acc = vz8()
     tail = vz8()
@@ -744,8 +791,8 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
             if HINT_K_L1:
                 for line in range(0, tile, 64):
                     prefetch(wg, o + line + PREFETCH_BYTES_K)
-        if code == F.Q4_K:
-            acc, tail = _q4_k_superblock(wg, o, xq, xa, sb, acc, tail)
+        if code == F.Q4_K or code == F.Q5_K:
+            acc, tail = _q4_k_superblock(code, wg, o, xq, xa, sb, acc, tail)
         else:
             acc, tail = _q6_k_superblock(wg, o, xq, xa, sb, acc, tail)
     store_rows(out, oo, acc, tail, _offset_scale(code))
@@ -769,7 +816,7 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
                 four_tokens(code, wg, XQ, XA, OUT, first, g * ROWS, tile, q, m, hb)
                 first += 4
         for t in range(first, t1):
-            if code == F.Q4_K or code == F.Q6_K:
+            if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
                 token_rows_k(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile)
             else:
                 token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
@@ -969,11 +1016,17 @@ def _q4_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
 
 
 @njit(cache=True)
+def _q5_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(13, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
 def _q6_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
     _tasks(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
-_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q6_K: _q6_k}
+_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q5_K: _q5_k,
+          F.Q6_K: _q6_k}
 
 
 def run_interleaved(code: int, wp: np.ndarray, X: np.ndarray, OUT: np.ndarray, tile: int, q: int, m: int,
@@ -1005,10 +1058,11 @@ def interleaved_kernel(code: int, wp: np.ndarray, cols: int) -> Callable[[np.nda
 def _dequantize_tile(code, wp, r0, r1, out, block, qs, qs_bytes, qh, m, hb, q):
     """out[i] = row r0+i of an interleaved weight as float32, the same values `deq_row` gives the
     GGML row (it is rebuilt, then dequantized); r0 a multiple of 8. Serial, like `_dequantize_tile`."""
-    tile = _Q4_K_TILE if code == F.Q4_K else _Q6_K_TILE if code == F.Q6_K else ROWS * block
+    tile = (_Q4_K_TILE if code == F.Q4_K else _Q5_K_TILE if code == F.Q5_K else _Q6_K_TILE if code == F.Q6_K
+            else ROWS * block)
     ggml = np.empty((ROWS, wp.shape[1] // tile * block), np.uint8)
     for g in range(r0 // ROWS, (r1 + ROWS - 1) // ROWS):
-        if code == F.Q4_K or code == F.Q6_K:
+        if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
             unpack_group_k(code, wp[g], ggml)
         else:
             unpack_group(wp[g], ggml, block, qs, qs_bytes, qh, m, hb, q)

@@ -7,7 +7,7 @@ end. Put block k of eight rows side by side and that work is shared: the eight s
 as one vector, one `vpdpbusd` adds four quants of every row at once (lane r is row r), and no
 lane is ever summed across. `_interleaved.py` is the kernel; this module is the layout.
 
-Formats (`FORMATS`): the ones with one scale per 32 quants (`LAYOUTS`), and Q4_K and Q6_K
+Formats (`FORMATS`): the ones with one scale per 32 quants (`LAYOUTS`), and Q4_K, Q5_K and Q6_K
 (`SUPER_LAYOUTS`: one tile per 256-quant super-block of 8 rows, the run scales unpacked to one
 byte each, described at `SuperTileLayout`). A weight is repacked when its rows are a multiple of 8. The tile of rows 8g..8g+7 and block k is 8 * (the format's block
 bytes), so the repacked matrix `uint8[rows / 8, blocks * tile]` is exactly as large as the
@@ -217,13 +217,15 @@ def unpack_group(t, dst, block, qs, qs_bytes, qh, m, hb, q):
 
 # ---------------------------------------------------------------- K-quants: 256-quant super-blocks
 #
-# Q4_K and Q6_K interleave the same way, one tile per super-block of eight rows. Their per-run
-# scales are unpacked into bytes, [run (Q4_K) or 16-quant group (Q6_K)][row], so the kernel turns
-# eight rows' scales into floats with one conversion; Q4_K's tile is 32 bytes larger than eight
-# GGML super-blocks for that (1184 against 1152). The quant bytes are transposed as 4-byte words
-# exactly as above (word w of row r at 32w + 4r): Q4_K's word w holds four quants of run
-# 2 (w // 8) in its low nibbles and of the next run in its high ones; Q6_K's `ql` and `qh` words
-# hold the low four and the high two bits of the runs GGML keeps in those bytes.
+# Q4_K, Q5_K and Q6_K interleave the same way, one tile per super-block of eight rows. Their
+# per-run scales are unpacked into bytes, [run (Q4_K, Q5_K) or 16-quant group (Q6_K)][row], so the
+# kernel turns eight rows' scales into floats with one conversion; Q4_K's and Q5_K's tiles are 32
+# bytes larger than eight GGML super-blocks for that (1184 against 1152, 1440 against 1408). The
+# quant bytes are transposed as 4-byte words exactly as above (word w of row r at 32w + 4r): Q4_K's
+# (and Q5_K's) word w holds four quants of run 2 (w // 8) in its low nibbles and of the next run in
+# its high ones; Q5_K's `qh` word i holds the fifth bits of quants 4i..4i+3 of every run (bit j:
+# run j), as GGML keeps them; Q6_K's `ql` and `qh` words hold the low four and the high two bits of
+# the runs GGML keeps in those bytes.
 
 
 @attrs.frozen
@@ -237,13 +239,15 @@ class SuperTileLayout:
     scale_at: int  # scale bytes [run or group][row]
     dmin_at: int = -1  # Q4_K: 8 half minimum scales, then 64 minimum bytes at mins_at
     mins_at: int = -1
-    qh_at: int = -1  # Q6_K: the high bits as transposed words
+    qh_at: int = -1  # Q5_K, Q6_K: the high bits as transposed words
     qh_from: int = -1
 
 
 Q4_K_LAYOUT = SuperTileLayout(block=144, tile=1184, q_at=160, q_from=16, scale_at=32, dmin_at=16, mins_at=96)
+Q5_K_LAYOUT = SuperTileLayout(block=176, tile=1440, q_at=160, q_from=48, scale_at=32, dmin_at=16, mins_at=96,
+                              qh_at=1184, qh_from=16)
 Q6_K_LAYOUT = SuperTileLayout(block=210, tile=1680, q_at=144, q_from=0, scale_at=16, qh_at=1168, qh_from=128)
-SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q4_K: Q4_K_LAYOUT, F.Q6_K: Q6_K_LAYOUT}
+SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q4_K: Q4_K_LAYOUT, F.Q5_K: Q5_K_LAYOUT, F.Q6_K: Q6_K_LAYOUT}
 FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
 # Formats whose prompts (any number of tokens) also go through the interleaved int8 kernel rather
 # than BLAS sgemm on dequantized tiles: four tokens share each block's unpacking, and tokens go in
@@ -252,7 +256,7 @@ FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
 # is slower per flop than sgemm on qwen's ffn_down (97 against 148 GFLOP/s) yet the models' prefill
 # is faster with it (qwen +5%, gemma3 +9%: no tile to dequantize, no second pool); Q8_0 unpacks
 # nothing to share and measured within noise (qwen -5%, gemma3 +1%), so it stays on sgemm.
-INT8_PREFILL: frozenset[int] = frozenset({F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q4_K, F.Q6_K})
+INT8_PREFILL: frozenset[int] = frozenset({F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q4_K, F.Q5_K, F.Q6_K})
 
 
 @njit(cache=True, nogil=True)
@@ -271,9 +275,18 @@ def _k4_scales(q, j):
 
 
 @njit(cache=True, nogil=True)
+def _k_sizes(code):
+    # (GGML super-block bytes, tile bytes) of a K-quant with an interleaved layout
+    if code == F.Q4_K:
+        return 144, 1184
+    if code == F.Q5_K:
+        return 176, 1440
+    return 210, 1680
+
+
+@njit(cache=True, nogil=True)
 def _pack_k(code, w, out):
-    lay_block = 144 if code == F.Q4_K else 210
-    tile = 1184 if code == F.Q4_K else 1680
+    lay_block, tile = _k_sizes(code)
     nsb = w.shape[1] // lay_block
     for g in range(out.shape[0]):
         t = out[g]
@@ -282,7 +295,7 @@ def _pack_k(code, w, out):
             for r in range(ROWS):
                 src = w[g * ROWS + r]
                 b = k * lay_block
-                if code == F.Q4_K:
+                if code == F.Q4_K or code == F.Q5_K:
                     t[o + 2 * r] = src[b]
                     t[o + 2 * r + 1] = src[b + 1]
                     t[o + 16 + 2 * r] = src[b + 2]
@@ -291,7 +304,11 @@ def _pack_k(code, w, out):
                         sc, mn = _k4_scales(src[b + 4:b + 16], j)
                         t[o + 32 + 8 * j + r] = sc
                         t[o + 96 + 8 * j + r] = mn
-                    _to_words(src, b + 16, 32, t, o + 160, r)
+                    if code == F.Q4_K:
+                        _to_words(src, b + 16, 32, t, o + 160, r)
+                    else:
+                        _to_words(src, b + 48, 32, t, o + 160, r)
+                        _to_words(src, b + 16, 8, t, o + 1184, r)
                 else:
                     t[o + 2 * r] = src[b + 208]
                     t[o + 2 * r + 1] = src[b + 209]
@@ -304,8 +321,7 @@ def _pack_k(code, w, out):
 @njit(cache=True, nogil=True)
 def unpack_group_k(code, t, dst):
     """GGML bytes of the eight rows of one interleaved K-quant row group `t` into dst uint8[8, row_bytes]."""
-    lay_block = 144 if code == F.Q4_K else 210
-    tile = 1184 if code == F.Q4_K else 1680
+    lay_block, tile = _k_sizes(code)
     nsb = dst.shape[1] // lay_block
     flat = dst.reshape(-1)
     for k in range(nsb):
@@ -314,6 +330,11 @@ def unpack_group_k(code, t, dst):
         if code == F.Q4_K:
             for wd in range(0, 32, 4):
                 words_to_rows(t, o + 160 + 32 * wd, flat, b + 16 + 4 * wd, dst.shape[1])
+        elif code == F.Q5_K:
+            for wd in range(0, 32, 4):
+                words_to_rows(t, o + 160 + 32 * wd, flat, b + 48 + 4 * wd, dst.shape[1])
+            for wd in range(0, 8, 4):
+                words_to_rows(t, o + 1184 + 32 * wd, flat, b + 16 + 4 * wd, dst.shape[1])
         else:
             for wd in range(0, 32, 4):
                 words_to_rows(t, o + 144 + 32 * wd, flat, b + 4 * wd, dst.shape[1])
@@ -321,7 +342,7 @@ def unpack_group_k(code, t, dst):
                 words_to_rows(t, o + 1168 + 32 * wd, flat, b + 128 + 4 * wd, dst.shape[1])
         for r in range(ROWS):
             d = dst[r]
-            if code == F.Q4_K:
+            if code == F.Q4_K or code == F.Q5_K:
                 d[b] = t[o + 2 * r]
                 d[b + 1] = t[o + 2 * r + 1]
                 d[b + 2] = t[o + 16 + 2 * r]

@@ -102,7 +102,7 @@ class CpuBackend(BackendBase):
             level += f" (forced by {isa.ENV})"
         dot = "vpdpbusd" if kernels.HAS_VNNI else "vpmaddubsw" if kernels.HAS_AVX2 else None
         decode = f"int8 activations ({dot})" if self.activations == "int8" and dot else "float activations"
-        repack = (f"8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) on "
+        repack = (f"8-row interleave for int8 decode (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K) on "
                   f"{pages_note()}"
                   if "int8" in decode else "off")
         return {"kernels": level, "matmul": f"cpu, decode {decode} by {_decode_runner()}",

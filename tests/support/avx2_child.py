@@ -17,11 +17,12 @@ CHILD = pytest.StashKey["KernelTestsChild"]()
 # The intrinsics are shared by all formats and each format compiled under AVX2 costs ~10 s of
 # CI's time, so one format per way of feeding them: unsigned nibbles with an offset (Q4_0), signed
 # bytes (Q8_0), K-quant scales and minimums (Q4_K), the same with a fifth bit plane (Q5_K),
-# signed 6-bit with two scales per run (Q6_K), and the float path's F16. The interleaved int8
-# kernel (`exactly_the_scheme` in test_cpu_interleaved.py) runs for those formats, and its
-# four-token blocks and prompt chunks (`decode_bits_across_chunks`). Not the q/k/v loop, the team,
-# nor the compiled decode program: they only call these kernels, so their bits hold on any ISA.
-FORMATS = ("Q4_0", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "F16")
+# signed 6-bit with two scales per run (Q6_K), Q6_K's scheme on three-bit fields (Q3_K), and the
+# float path's F16. The interleaved int8 kernel (`exactly_the_scheme` in test_cpu_interleaved.py)
+# runs for those formats, and its four-token blocks and prompt chunks
+# (`decode_bits_across_chunks`). Not the q/k/v loop, the team, nor the compiled decode program:
+# they only call these kernels, so their bits hold on any ISA.
+FORMATS = ("Q4_0", "Q8_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "F16")
 SELECTION = ("(matmul_q8_matches_reference or matvec_float_matches_reference or exactly_the_scheme "
              "or decode_bits_across_chunks) and (" + " or ".join(f"[{name}" for name in FORMATS) + ")")
 FILES = ("tests/unit/test_cpu_kernels.py", "tests/unit/test_cpu_q8_scheme.py", "tests/unit/test_cpu_interleaved.py")

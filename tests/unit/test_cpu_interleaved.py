@@ -16,7 +16,7 @@ from llamay_backends.cpu.kernels import interleaved as IL  # noqa: E402
 from tests.unit.test_cpu_kernels import make_weights  # noqa: E402
 from tests.unit.test_cpu_q8_scheme import activations, check  # noqa: E402
 
-FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K"]
+FORMATS = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 
 
 def columns(name: str, blocks: int) -> int:
@@ -51,7 +51,8 @@ def test_only_whole_row_groups_of_the_simple_formats_interleave():
     assert not K.can_interleave(K.type_code("Q5_0"), 19, 896)
     assert K.can_interleave(K.type_code("Q4_K"), 896, 4864)
     assert K.can_interleave(K.type_code("Q5_K"), 896, 4864)
-    assert not K.can_interleave(K.type_code("Q3_K"), 896, 4864)
+    assert K.can_interleave(K.type_code("Q3_K"), 896, 4864)
+    assert not K.can_interleave(K.type_code("Q2_K"), 896, 4864)
     with pytest.raises(ValueError):
         K.interleaved_kernel(K.type_code("Q4_0"), np.zeros((2, 100), np.uint8), 64)
 
@@ -86,7 +87,7 @@ def test_interleaved_int8_is_batch_invariant(name):
         assert np.array_equal(sub.view(np.uint32), together[part].view(np.uint32)), part
 
 
-@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "Q8_0"])
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1", "Q5_1", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_0"])
 def test_a_prompt_gets_decode_bits_across_chunks_and_four_token_blocks(name):
     # 70 tokens: two chunks of TOKENS_PER_CHUNK, four-token blocks and single tokens at other
     # offsets in each split; every row equals that token computed alone

@@ -39,7 +39,7 @@ from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1,
                     _fma, _splat, _vb32, _vb64, _vf8, _vi, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
                     inlined, prefetch_l2, store_rows, vz8)
 from ._wide import four_tokens_wide, four_tokens_wide_k, has_wide, store_four
-from .interleaved import LAYOUTS, Q4_K_LAYOUT, Q5_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
+from .interleaved import LAYOUTS, Q3_K_LAYOUT, Q4_K_LAYOUT, Q5_K_LAYOUT, Q6_K_LAYOUT, ROWS, SUPER_LAYOUTS, block_bytes, tile_bytes, unpack_group, unpack_group_k
 
 _exact = njit(cache=True, nogil=True)
 # the K-quant tiles' offsets as plain ints, which Numba freezes into the code
@@ -47,6 +47,8 @@ _Q4_K_TILE, _Q4_K_Q, _Q4_K_SCALE, _Q4_K_MINS = Q4_K_LAYOUT.tile, Q4_K_LAYOUT.q_a
 _Q6_K_TILE, _Q6_K_QL, _Q6_K_QH, _Q6_K_SCALE = Q6_K_LAYOUT.tile, Q6_K_LAYOUT.q_at, Q6_K_LAYOUT.qh_at, Q6_K_LAYOUT.scale_at
 # Q5_K: Q4_K's tile (the same offsets) and the fifth bits after it
 _Q5_K_TILE, _Q5_K_QH = Q5_K_LAYOUT.tile, Q5_K_LAYOUT.qh_at
+# Q3_K: Q6_K's scale bytes (at the same offset) over its two-bit quants and its high-bit mask
+_Q3_K_TILE, _Q3_K_QS, _Q3_K_HM = Q3_K_LAYOUT.tile, Q3_K_LAYOUT.q_at, Q3_K_LAYOUT.qh_at
 # Row groups per parallel task: 16 rows, as the other decode kernels' ROWS_PER_TASK.
 GROUPS_PER_TASK = 2
 # `_tasks`' parallel loop runs its tasks in this many runs (`run_tasks`), consecutive ones on a
@@ -116,6 +118,23 @@ def nib(typingctx, w, off, shift):
         return builder.and_(builder.lshr(v, s), ir.Constant(_vb32, [15] * 32))
 
     return i8x32(w, off, shift), codegen
+
+
+@intrinsic
+def byte_field(typingctx, w, off, shift, mask, up):
+    """((w[off+l] >> shift) & mask) << up for l < 32: a bit field of a step's bytes, put in place
+    (Q3_K: its two low bits, up 0, and its high bit, up 2)."""
+    if not _is_u8_array(w):
+        return None
+
+    def codegen(context, builder, sig, args):
+        v = _load32(context, builder, sig, args, 0)
+        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
+        mask = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
+        up = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb32)
+        return builder.shl(builder.and_(builder.lshr(v, s), mask), up)
+
+    return i8x32(w, off, shift, mask, up), codegen
 
 
 @intrinsic
@@ -423,6 +442,8 @@ def _offset_scale(code):
         return np.float32(-1.0)
     if code == F.Q6_K:
         return np.float32(-32.0)
+    if code == F.Q3_K:
+        return np.float32(-4.0)
     return np.float32(1.0)
 
 
@@ -602,42 +623,43 @@ def _q4_k_tail(wg, o, dmin, p, xa, kx, tail):
 
 
 @inlined
-def _q6_k_superblock(wg, o, xq, xa, sb, acc, tail):
+def _q6_k_superblock(code, wg, o, xq, xa, sb, acc, tail):
     # run j = 4h + t: low four bits in ql chunk 2h + (t & 1) (nibble t >> 1), two high bits at
     # 2t of qh chunk h; 16-quant groups 2j (steps 0-3) and 2j + 1 (steps 4-7). Written out run
     # by run, not as loops over h and t: with them constants the shifts and masks fold into
     # immediates (the loops' were variable shifts and masks built at run time). 4864 columns,
-    # from L2: 17 -> 26-27 GB/s on one thread, 32-33 -> 51-52 on two; from memory 23 -> 25-26
+    # from L2: 17 -> 26-27 GB/s on one thread, 32-33 -> 51-52 on two; from memory 23 -> 25-26.
+    # Q3_K (`code`) runs the same way: its runs, groups and scales sit where Q6_K's do.
     d = halves(wg, o)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 0, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 1, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 2, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 0, 3, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 0, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 1, acc, tail)
-    acc, tail = _q6_k_one(wg, o, xq, xa, sb, d, 1, 2, acc, tail)
-    return _q6_k_one(wg, o, xq, xa, sb, d, 1, 3, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 0, 0, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 0, 1, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 0, 2, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 0, 3, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 1, 0, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 1, 1, acc, tail)
+    acc, tail = _q6_k_one(code, wg, o, xq, xa, sb, d, 1, 2, acc, tail)
+    return _q6_k_one(code, wg, o, xq, xa, sb, d, 1, 3, acc, tail)
 
 
 @_exact
-def _q6_k_one(wg, o, xq, xa, sb, d, h, t, acc, tail):
-    # run 4h + t of a Q6_K super-block for one token
+def _q6_k_one(code, wg, o, xq, xa, sb, d, h, t, acc, tail):
+    # run 4h + t of a Q6_K (or Q3_K) super-block for one token
     literally(t)  # the wide steps' shifts are constants of t
-    if HAS_VNNI_512:  # its steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+    if HAS_VNNI_512 and code == F.Q6_K:  # its steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
         kx = sb * 8 + 4 * h + t
         lo, hi, _ = _q6_k_columns(o, h, t)
         s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)
         return _q6_k_sums(q6_k_group16(wg, lo, hi, xq, kx * 32, t, 0), q6_k_group16(wg, lo, hi, xq, kx * 32, t, 1),
                           xa, kx, s0, s1, acc, tail)
-    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
+    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(code, wg, o, d, h, t)
     return _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xq, xa, sb * 8 + 4 * h + t, s0, s1, acc, tail)
 
 
 @_exact
-def _q6_k_unpacked(wg, o, d, h, t):
+def _q6_k_unpacked(code, wg, o, d, h, t):
     # run 4h + t's eight steps (`_q6_k_steps`) and the scales of its two 16-quant groups
     s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)
-    return _q6_k_steps(wg, o, h, t), s0, s1
+    return _q6_k_steps(code, wg, o, h, t), s0, s1
 
 
 @_exact
@@ -653,8 +675,21 @@ def _q6_k_columns(o, h, t):
 
 
 @_exact
-def _q6_k_steps(wg, o, h, t):
-    # run 4h + t's eight steps as unsigned six-bit quants
+def _q6_k_steps(code, wg, o, h, t):
+    # run 4h + t's eight steps as unsigned six-bit quants; Q3_K's (`code`) as unsigned three-bit
+    # ones: two bits 2t of its quant words 8h.., over them bit 4h + t of its mask words
+    if code == F.Q3_K:
+        qs = o + _Q3_K_QS + 256 * h
+        hm = o + _Q3_K_HM
+        j = 4 * h + t
+        return (b_or(byte_field(wg, qs, 2 * t, 3, 0), byte_field(wg, hm, j, 1, 2)),
+                b_or(byte_field(wg, qs + 32, 2 * t, 3, 0), byte_field(wg, hm + 32, j, 1, 2)),
+                b_or(byte_field(wg, qs + 64, 2 * t, 3, 0), byte_field(wg, hm + 64, j, 1, 2)),
+                b_or(byte_field(wg, qs + 96, 2 * t, 3, 0), byte_field(wg, hm + 96, j, 1, 2)),
+                b_or(byte_field(wg, qs + 128, 2 * t, 3, 0), byte_field(wg, hm + 128, j, 1, 2)),
+                b_or(byte_field(wg, qs + 160, 2 * t, 3, 0), byte_field(wg, hm + 160, j, 1, 2)),
+                b_or(byte_field(wg, qs + 192, 2 * t, 3, 0), byte_field(wg, hm + 192, j, 1, 2)),
+                b_or(byte_field(wg, qs + 224, 2 * t, 3, 0), byte_field(wg, hm + 224, j, 1, 2)))
     lo, hi, sh = _q6_k_columns(o, h, t)
     return (b_or(nib(wg, lo, sh), high_bits(wg, hi, 2 * t, 3)),
             b_or(nib(wg, lo + 32, sh), high_bits(wg, hi + 32, 2 * t, 3)),
@@ -715,27 +750,27 @@ def _q6_k_sums(a, b, xa, kx, s0, s1, acc, tail):
 
 
 @inlined
-def _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
+def _q6_k_superblock4(code, wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb, c0, c1, c2, c3, t0, t1, t2, t3):
     # `_q6_k_superblock` for four tokens: each run's six-bit quants are assembled once, not per
     # token (most of a Q6_K run's instructions), so prompts go ~3x fewer instructions per dot;
     # written out run by run as there (the tokens' x and accumulators go as tuples)
     d = halves(wg, o)
     xs, xas, acc = (x0, x1, x2, x3), (a0, a1, a2, a3), (c0, c1, c2, c3, t0, t1, t2, t3)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 0, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 1, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 2, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 0, 3, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 0, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 1, acc)
-    acc = _q6_k_one4(wg, o, xs, xas, sb, d, 1, 2, acc)
-    return _q6_k_one4(wg, o, xs, xas, sb, d, 1, 3, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 0, 0, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 0, 1, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 0, 2, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 0, 3, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 1, 0, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 1, 1, acc)
+    acc = _q6_k_one4(code, wg, o, xs, xas, sb, d, 1, 2, acc)
+    return _q6_k_one4(code, wg, o, xs, xas, sb, d, 1, 3, acc)
 
 
 @inlined
-def _q6_k_one4(wg, o, xs, xas, sb, d, h, t, acc):
-    # run 4h + t of a Q6_K super-block for four tokens
+def _q6_k_one4(code, wg, o, xs, xas, sb, d, h, t, acc):
+    # run 4h + t of a Q6_K (or Q3_K) super-block for four tokens
     kx = sb * 8 + 4 * h + t
-    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(wg, o, d, h, t)
+    (u0, u1, u2, u3, v0, v1, v2, v3), s0, s1 = _q6_k_unpacked(code, wg, o, d, h, t)
     c0, c1, c2, c3, t0, t1, t2, t3 = acc
     c0, t0 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[0], xas[0], kx, s0, s1, c0, t0)
     c1, t1 = _q6_k_run(u0, u1, u2, u3, v0, v1, v2, v3, xs[1], xas[1], kx, s0, s1, c1, t1)
@@ -754,7 +789,7 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
     a0, a1, a2, a3 = XA[t], XA[t + 1], XA[t + 2], XA[t + 3]
     c0, c1, c2, c3 = vz8(), vz8(), vz8(), vz8()
     t0, t1, t2, t3 = vz8(), vz8(), vz8(), vz8()
-    if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
+    if code == F.Q3_K or code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
         for sb in range(x0.shape[0] // 256):
             o = sb * tile
             for line in range(0, tile, 64):
@@ -763,7 +798,7 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
                 c0, c1, c2, c3, t0, t1, t2, t3 = _q4_k_superblock4(code, wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
                                                                    c0, c1, c2, c3, t0, t1, t2, t3)
             else:
-                c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
+                c0, c1, c2, c3, t0, t1, t2, t3 = _q6_k_superblock4(code, wg, o, x0, x1, x2, x3, a0, a1, a2, a3, sb,
                                                                    c0, c1, c2, c3, t0, t1, t2, t3)
     else:
         for k in range(x0.shape[0] // 32):
@@ -779,13 +814,13 @@ def four_tokens(code, wg, XQ, XA, OUT, t, oo, tile, q, m, hb):
 
 @_exact
 def token_rows_k(code, wg, xq, xa, out, oo, tile):
-    """As `token_rows` for the K-quants (Q4_K, Q5_K, Q6_K): one tile per 256-quant super-block."""
+    """As `token_rows` for the K-quants (Q3_K, Q4_K, Q5_K, Q6_K): one tile per 256-quant super-block."""
     literally(code)
     acc = vz8()
     tail = vz8()
     for sb in range(xq.shape[0] // 256):
         o = sb * tile
-        if code == F.Q6_K or HINT_Q4_K:  # whole tiles ahead: L2, then L1 (`HINT_K_L1`)
+        if code == F.Q6_K or code == F.Q3_K or HINT_Q4_K:  # whole tiles ahead: L2, then L1 (`HINT_K_L1`)
             for line in range(0, tile, 64):
                 prefetch_l2(wg, o + line + PREFETCH_BYTES_K_L2)
             if HINT_K_L1:
@@ -794,7 +829,7 @@ def token_rows_k(code, wg, xq, xa, out, oo, tile):
         if code == F.Q4_K or code == F.Q5_K:
             acc, tail = _q4_k_superblock(code, wg, o, xq, xa, sb, acc, tail)
         else:
-            acc, tail = _q6_k_superblock(wg, o, xq, xa, sb, acc, tail)
+            acc, tail = _q6_k_superblock(code, wg, o, xq, xa, sb, acc, tail)
     store_rows(out, oo, acc, tail, _offset_scale(code))
 
 
@@ -816,7 +851,7 @@ def interleaved_q8_rows(code, wp, XQ, XA, OUT, g0, g1, t0, t1, tile, q, m, hb):
                 four_tokens(code, wg, XQ, XA, OUT, first, g * ROWS, tile, q, m, hb)
                 first += 4
         for t in range(first, t1):
-            if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
+            if code == F.Q3_K or code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
                 token_rows_k(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile)
             else:
                 token_rows(code, wg, XQ[t], XA[t], OUT[t], g * ROWS, tile, q, m, hb)
@@ -1011,6 +1046,11 @@ def _q8_0(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
 
 
 @njit(cache=True)
+def _q3_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
+    _tasks(11, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
+
+
+@njit(cache=True)
 def _q4_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
     _tasks(12, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
@@ -1025,7 +1065,7 @@ def _q6_k(w0, w1, w2, X, O0, O1, O2, tile, q, m, hb):
     _tasks(14, w0, w1, w2, X, O0, O1, O2, tile, q, m, hb)
 
 
-_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q4_K: _q4_k, F.Q5_K: _q5_k,
+_ENTRY = {F.Q4_0: _q4_0, F.Q4_1: _q4_1, F.Q5_0: _q5_0, F.Q5_1: _q5_1, F.Q8_0: _q8_0, F.Q3_K: _q3_k, F.Q4_K: _q4_k, F.Q5_K: _q5_k,
           F.Q6_K: _q6_k}
 
 
@@ -1059,10 +1099,10 @@ def _dequantize_tile(code, wp, r0, r1, out, block, qs, qs_bytes, qh, m, hb, q):
     """out[i] = row r0+i of an interleaved weight as float32, the same values `deq_row` gives the
     GGML row (it is rebuilt, then dequantized); r0 a multiple of 8. Serial, like `_dequantize_tile`."""
     tile = (_Q4_K_TILE if code == F.Q4_K else _Q5_K_TILE if code == F.Q5_K else _Q6_K_TILE if code == F.Q6_K
-            else ROWS * block)
+            else _Q3_K_TILE if code == F.Q3_K else ROWS * block)
     ggml = np.empty((ROWS, wp.shape[1] // tile * block), np.uint8)
     for g in range(r0 // ROWS, (r1 + ROWS - 1) // ROWS):
-        if code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
+        if code == F.Q3_K or code == F.Q4_K or code == F.Q5_K or code == F.Q6_K:
             unpack_group_k(code, wp[g], ggml)
         else:
             unpack_group(wp[g], ggml, block, qs, qs_bytes, qh, m, hb, q)

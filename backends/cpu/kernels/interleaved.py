@@ -7,8 +7,8 @@ end. Put block k of eight rows side by side and that work is shared: the eight s
 as one vector, one `vpdpbusd` adds four quants of every row at once (lane r is row r), and no
 lane is ever summed across. `_interleaved.py` is the kernel; this module is the layout.
 
-Formats (`FORMATS`): the ones with one scale per 32 quants (`LAYOUTS`), and Q4_K, Q5_K and Q6_K
-(`SUPER_LAYOUTS`: one tile per 256-quant super-block of 8 rows, the run scales unpacked to one
+Formats (`FORMATS`): the ones with one scale per 32 quants (`LAYOUTS`), and Q3_K, Q4_K, Q5_K and
+Q6_K (`SUPER_LAYOUTS`: one tile per 256-quant super-block of 8 rows, the run scales unpacked to one
 byte each, described at `SuperTileLayout`). A weight is repacked when its rows are a multiple of 8. The tile of rows 8g..8g+7 and block k is 8 * (the format's block
 bytes), so the repacked matrix `uint8[rows / 8, blocks * tile]` is exactly as large as the
 GGML one. Inside a tile:
@@ -225,7 +225,10 @@ def unpack_group(t, dst, block, qs, qs_bytes, qh, m, hb, q):
 # (and Q5_K's) word w holds four quants of run 2 (w // 8) in its low nibbles and of the next run in
 # its high ones; Q5_K's `qh` word i holds the fifth bits of quants 4i..4i+3 of every run (bit j:
 # run j), as GGML keeps them; Q6_K's `ql` and `qh` words hold the low four and the high two bits of
-# the runs GGML keeps in those bytes.
+# the runs GGML keeps in those bytes. Q3_K is laid out as Q6_K: its sixteen 6-bit scales unpacked
+# to bytes, minus 32 (signed, as Q6_K's), its two-bit `qs` words (word 8h + i: bits 2t of run
+# 4h + t's quants 4i..4i+3) and its `hmask` words (bit 4h + t: the run's third bit), 912 bytes
+# against GGML's 880.
 
 
 @attrs.frozen
@@ -239,15 +242,17 @@ class SuperTileLayout:
     scale_at: int  # scale bytes [run or group][row]
     dmin_at: int = -1  # Q4_K: 8 half minimum scales, then 64 minimum bytes at mins_at
     mins_at: int = -1
-    qh_at: int = -1  # Q5_K, Q6_K: the high bits as transposed words
+    qh_at: int = -1  # Q3_K, Q5_K, Q6_K: the high bits (Q3_K's mask) as transposed words
     qh_from: int = -1
 
 
 Q4_K_LAYOUT = SuperTileLayout(block=144, tile=1184, q_at=160, q_from=16, scale_at=32, dmin_at=16, mins_at=96)
+Q3_K_LAYOUT = SuperTileLayout(block=110, tile=912, q_at=144, q_from=32, scale_at=16, qh_at=656, qh_from=0)
 Q5_K_LAYOUT = SuperTileLayout(block=176, tile=1440, q_at=160, q_from=48, scale_at=32, dmin_at=16, mins_at=96,
                               qh_at=1184, qh_from=16)
 Q6_K_LAYOUT = SuperTileLayout(block=210, tile=1680, q_at=144, q_from=0, scale_at=16, qh_at=1168, qh_from=128)
-SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q4_K: Q4_K_LAYOUT, F.Q5_K: Q5_K_LAYOUT, F.Q6_K: Q6_K_LAYOUT}
+SUPER_LAYOUTS: dict[int, SuperTileLayout] = {F.Q3_K: Q3_K_LAYOUT, F.Q4_K: Q4_K_LAYOUT, F.Q5_K: Q5_K_LAYOUT,
+                                              F.Q6_K: Q6_K_LAYOUT}
 FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
 # Formats whose prompts (any number of tokens) also go through the interleaved int8 kernel rather
 # than BLAS sgemm on dequantized tiles: four tokens share each block's unpacking, and tokens go in
@@ -256,7 +261,7 @@ FORMATS: frozenset[int] = frozenset(LAYOUTS) | frozenset(SUPER_LAYOUTS)
 # is slower per flop than sgemm on qwen's ffn_down (97 against 148 GFLOP/s) yet the models' prefill
 # is faster with it (qwen +5%, gemma3 +9%: no tile to dequantize, no second pool); Q8_0 unpacks
 # nothing to share and measured within noise (qwen -5%, gemma3 +1%), so it stays on sgemm.
-INT8_PREFILL: frozenset[int] = frozenset({F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q4_K, F.Q5_K, F.Q6_K})
+INT8_PREFILL: frozenset[int] = frozenset({F.Q4_0, F.Q4_1, F.Q5_0, F.Q5_1, F.Q3_K, F.Q4_K, F.Q5_K, F.Q6_K})
 
 
 @njit(cache=True, nogil=True)
@@ -281,7 +286,16 @@ def _k_sizes(code):
         return 144, 1184
     if code == F.Q5_K:
         return 176, 1440
+    if code == F.Q3_K:
+        return 110, 912
     return 210, 1680
+
+
+@njit(cache=True, nogil=True)
+def _k3_scale(q, j):
+    # GGML's Q3_K scale j (0-15) of its 12 packed bytes: four low bits in byte j % 8 (the high
+    # nibble for j >= 8), two high bits at 2 (j // 4) of byte 8 + j % 4
+    return ((q[j % 8] >> (4 * (j // 8))) & 15) | (((q[8 + j % 4] >> (2 * (j // 4))) & 3) << 4)
 
 
 @njit(cache=True, nogil=True)
@@ -295,7 +309,14 @@ def _pack_k(code, w, out):
             for r in range(ROWS):
                 src = w[g * ROWS + r]
                 b = k * lay_block
-                if code == F.Q4_K or code == F.Q5_K:
+                if code == F.Q3_K:
+                    t[o + 2 * r] = src[b + 108]
+                    t[o + 2 * r + 1] = src[b + 109]
+                    for j in range(16):
+                        t[o + 16 + 8 * j + r] = np.uint8((_k3_scale(src[b + 96:b + 108], j) - 32) & 255)
+                    _to_words(src, b + 32, 16, t, o + 144, r)
+                    _to_words(src, b, 8, t, o + 656, r)
+                elif code == F.Q4_K or code == F.Q5_K:
                     t[o + 2 * r] = src[b]
                     t[o + 2 * r + 1] = src[b + 1]
                     t[o + 16 + 2 * r] = src[b + 2]
@@ -335,6 +356,11 @@ def unpack_group_k(code, t, dst):
                 words_to_rows(t, o + 160 + 32 * wd, flat, b + 48 + 4 * wd, dst.shape[1])
             for wd in range(0, 8, 4):
                 words_to_rows(t, o + 1184 + 32 * wd, flat, b + 16 + 4 * wd, dst.shape[1])
+        elif code == F.Q3_K:
+            for wd in range(0, 16, 4):
+                words_to_rows(t, o + 144 + 32 * wd, flat, b + 32 + 4 * wd, dst.shape[1])
+            for wd in range(0, 8, 4):
+                words_to_rows(t, o + 656 + 32 * wd, flat, b + 4 * wd, dst.shape[1])
         else:
             for wd in range(0, 32, 4):
                 words_to_rows(t, o + 144 + 32 * wd, flat, b + 4 * wd, dst.shape[1])
@@ -342,7 +368,16 @@ def unpack_group_k(code, t, dst):
                 words_to_rows(t, o + 1168 + 32 * wd, flat, b + 128 + 4 * wd, dst.shape[1])
         for r in range(ROWS):
             d = dst[r]
-            if code == F.Q4_K or code == F.Q5_K:
+            if code == F.Q3_K:
+                d[b + 108] = t[o + 2 * r]
+                d[b + 109] = t[o + 2 * r + 1]
+                for k in range(12):
+                    d[b + 96 + k] = 0
+                for j in range(16):
+                    sc = (t[o + 16 + 8 * j + r] + 32) & 63
+                    d[b + 96 + j % 8] |= (sc & 15) << (4 * (j // 8))
+                    d[b + 104 + j % 4] |= (sc >> 4) << (2 * (j // 4))
+            elif code == F.Q4_K or code == F.Q5_K:
                 d[b] = t[o + 2 * r]
                 d[b + 1] = t[o + 2 * r + 1]
                 d[b + 2] = t[o + 16 + 2 * r]

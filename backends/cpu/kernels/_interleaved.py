@@ -120,6 +120,14 @@ def nib(typingctx, w, off, shift):
     return i8x32(w, off, shift), codegen
 
 
+def _byte_field(context, builder, sig, args, up):
+    """((w[off+l] >> shift) & mask) << up on byte lanes, from args (w, off, shift, mask)."""
+    v = _load32(context, builder, sig, args, 0)
+    s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
+    mask = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
+    return builder.shl(builder.and_(builder.lshr(v, s), mask), up)
+
+
 @intrinsic
 def byte_field(typingctx, w, off, shift, mask, up):
     """((w[off+l] >> shift) & mask) << up for l < 32: a bit field of a step's bytes, put in place
@@ -128,11 +136,8 @@ def byte_field(typingctx, w, off, shift, mask, up):
         return None
 
     def codegen(context, builder, sig, args):
-        v = _load32(context, builder, sig, args, 0)
-        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
-        mask = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
-        up = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb32)
-        return builder.shl(builder.and_(builder.lshr(v, s), mask), up)
+        up_by = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb32)
+        return _byte_field(context, builder, sig, args, up_by)
 
     return i8x32(w, off, shift, mask, up), codegen
 
@@ -145,10 +150,7 @@ def high_bits(typingctx, w, off, shift, mask):
         return None
 
     def codegen(context, builder, sig, args):
-        v = _load32(context, builder, sig, args, 0)
-        s = _splat(builder, context.cast(builder, args[2], sig.args[2], types.uint8), _vb32)
-        mask = _splat(builder, context.cast(builder, args[3], sig.args[3], types.uint8), _vb32)
-        return builder.shl(builder.and_(builder.lshr(v, s), mask), ir.Constant(_vb32, [4] * 32))
+        return _byte_field(context, builder, sig, args, ir.Constant(_vb32, [4] * 32))
 
     return i8x32(w, off, shift, mask), codegen
 

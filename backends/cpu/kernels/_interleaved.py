@@ -647,7 +647,8 @@ def _q6_k_superblock(code, wg, o, xq, xa, sb, acc, tail):
 def _q6_k_one(code, wg, o, xq, xa, sb, d, h, t, acc, tail):
     # run 4h + t of a Q6_K (or Q3_K) super-block for one token
     literally(t)  # the wide steps' shifts are constants of t
-    if HAS_VNNI_512 and code == F.Q6_K:  # its steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+    # Q6_K's steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+    if HAS_VNNI_512 and code == F.Q6_K:
         kx = sb * 8 + 4 * h + t
         lo, hi, _ = _q6_k_columns(o, h, t)
         s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)

@@ -217,8 +217,8 @@ def unpack_group(t, dst, block, qs, qs_bytes, qh, m, hb, q):
 
 # ---------------------------------------------------------------- K-quants: 256-quant super-blocks
 #
-# Q4_K, Q5_K and Q6_K interleave the same way, one tile per super-block of eight rows. Their
-# per-run scales are unpacked into bytes, [run (Q4_K, Q5_K) or 16-quant group (Q6_K)][row], so the
+# Q3_K to Q6_K interleave the same way, one tile per super-block of eight rows. Their per-run
+# scales are unpacked into bytes, [run (Q4_K, Q5_K) or 16-quant group (Q3_K, Q6_K)][row], so the
 # kernel turns eight rows' scales into floats with one conversion; Q4_K's and Q5_K's tiles are 32
 # bytes larger than eight GGML super-blocks for that (1184 against 1152, 1440 against 1408). The
 # quant bytes are transposed as 4-byte words exactly as above (word w of row r at 32w + 4r): Q4_K's

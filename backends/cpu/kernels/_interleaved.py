@@ -350,6 +350,37 @@ def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
 
 
 @intrinsic
+def q3_k_group16(typingctx, w, qs, hm, xq, e, h, t, group):
+    """Steps 4g..4g+3 (g = `group`) of Q3_K run 4h + t in 512-bit steps, as `q6_k_group16`: the
+    two bits 2t of the 128 bytes at w[qs + 128g:], over them bit 4h + t of those at
+    w[hm + 128g:] moved to bit 2 by a dword shift (it stays in its byte); against
+    x[e + 16g:e + 16g + 16]: the integers `_eight_steps` gives as a or b."""
+    if (not _is_u8_array(w) or not _is_i8_array(xq) or not isinstance(h, types.IntegerLiteral)
+            or not isinstance(t, types.IntegerLiteral) or not isinstance(group, types.IntegerLiteral)):
+        return None
+    tt, bit, g = t.literal_value, 4 * h.literal_value + t.literal_value, group.literal_value
+
+    def codegen(context, builder, sig, args):
+        xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
+        low2 = ir.Constant(_vi, [0x03030303] * 16)
+        bit2 = ir.Constant(_vi, [0x04040404] * 16)
+        units = []
+        for i in range(2):
+            q = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i), _vi)
+            if tt:
+                q = builder.lshr(q, ir.Constant(_vi, [2 * tt] * 16))
+            m = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
+            m = builder.shl(m, ir.Constant(_vi, [2 - bit] * 16)) if bit < 2 else (
+                builder.lshr(m, ir.Constant(_vi, [bit - 2] * 16)) if bit > 2 else m)
+            units.append(builder.bitcast(builder.or_(builder.and_(q, low2), builder.and_(m, bit2)), _vb64))
+        zero = ir.Constant(_vi, None)
+        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
+        return _halves_sum(builder, a)
+
+    return i32x8(w, qs, hm, xq, e, h, t, group), codegen
+
+
+@intrinsic
 def q8_block16(typingctx, w, qo, xq, e):
     """A Q8_0 block's `dpq8` sums (eight steps at w[qo:qo+256]) in four 512-bit `vpdpbusd`, the
     quants as q + 128 as there: the integers `q8_dot` takes."""
@@ -647,7 +678,14 @@ def _q6_k_superblock(code, wg, o, xq, xa, sb, acc, tail):
 def _q6_k_one(code, wg, o, xq, xa, sb, d, h, t, acc, tail):
     # run 4h + t of a Q6_K (or Q3_K) super-block for one token
     literally(t)  # the wide steps' shifts are constants of t
-    # Q6_K's steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+    literally(h)  # Q3_K's wide steps' mask bit is a constant of h and t
+    # the steps two at a time: the same integers a, b, scaled as `_q6_k_run` does
+    if HAS_VNNI_512 and code == F.Q3_K:
+        kx = sb * 8 + 4 * h + t
+        qs, hm = o + _Q3_K_QS + 256 * h, o + _Q3_K_HM
+        s0, s1 = _q6_k_scales(wg, o, d, 4 * h + t)
+        return _q6_k_sums(q3_k_group16(wg, qs, hm, xq, kx * 32, h, t, 0), q3_k_group16(wg, qs, hm, xq, kx * 32, h, t, 1),
+                          xa, kx, s0, s1, acc, tail)
     if HAS_VNNI_512 and code == F.Q6_K:
         kx = sb * 8 + 4 * h + t
         lo, hi, _ = _q6_k_columns(o, h, t)

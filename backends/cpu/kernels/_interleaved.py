@@ -217,6 +217,19 @@ def _halves_sum(builder, v):
     return builder.add(lo, hi)
 
 
+def _two_dots(builder, u0, x0, u1, x1):
+    """u0 . x0 + u1 . x1 in 32-bit lanes: two chained 512-bit `vpdpbusd` from zero."""
+    return _dpbusd512(builder, _dpbusd512(builder, ir.Constant(_vi, None), u0, x0), u1, x1)
+
+
+def _shift_dwords(builder, v, by):
+    """v's 32-bit lanes shifted left by `by` bits (right for a negative `by`): moves a bit field
+    within its byte when it does not cross the byte's edge."""
+    if by > 0:
+        return builder.shl(v, ir.Constant(_vi, [by] * 16))
+    return builder.lshr(v, ir.Constant(_vi, [-by] * 16)) if by < 0 else v
+
+
 def _load64(context, builder, sig, args, i, extra=0, at=None):
     """The 64 bytes at array args[i], from index args[at] (default args[i + 1]) + `extra`."""
     j = i + 1 if at is None else at
@@ -260,9 +273,8 @@ def nib_block16(typingctx, w, qo, ho, xq, e, fifth):
             lo23 = builder.or_(lo23, fifth_bits(builder.shl(h, shifts(2, 1))))
             hi01 = builder.or_(hi01, fifth_bits(builder.lshr(h, shifts(0, 1))))
             hi23 = builder.or_(hi23, fifth_bits(builder.lshr(h, shifts(2, 3))))
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, lo01, x0), lo23, x1)
-        b = _dpbusd512(builder, _dpbusd512(builder, zero, hi01, x2), hi23, x3)
+        a = _two_dots(builder, lo01, x0, lo23, x1)
+        b = _two_dots(builder, hi01, x2, hi23, x3)
         return _halves_sum(builder, builder.add(a, b))
 
     return i32x8(w, qo, ho, xq, e, fifth), codegen
@@ -281,9 +293,8 @@ def nib_run16(typingctx, w, qo, xq, e, shift):
         m15 = ir.Constant(_vb64, [15] * 64)
         by = _splat(builder, context.cast(builder, args[4], sig.args[4], types.uint8), _vb64)
         ns = [builder.and_(builder.lshr(_load64(context, builder, sig, args, 0, 64 * i), by), m15) for i in range(4)]
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, ns[0], xs[0]), ns[1], xs[1])
-        b = _dpbusd512(builder, _dpbusd512(builder, zero, ns[2], xs[2]), ns[3], xs[3])
+        a = _two_dots(builder, ns[0], xs[0], ns[1], xs[1])
+        b = _two_dots(builder, ns[2], xs[2], ns[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))
 
     return i32x8(w, qo, xq, e, shift), codegen
@@ -309,9 +320,8 @@ def nib5_run16(typingctx, w, qo, ho, xq, e, shift, run):
             h = builder.bitcast(_load64(context, builder, sig, args, 0, 64 * i, at=2), _vi)
             h = builder.shl(builder.and_(builder.lshr(h, down), bit0), ir.Constant(_vi, [4] * 16))
             units.append(builder.or_(q, builder.bitcast(h, _vb64)))
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
-        b = _dpbusd512(builder, _dpbusd512(builder, zero, units[2], xs[2]), units[3], xs[3])
+        a = _two_dots(builder, units[0], xs[0], units[1], xs[1])
+        b = _two_dots(builder, units[2], xs[2], units[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))
 
     return i32x8(w, qo, ho, xq, e, shift, run), codegen
@@ -338,12 +348,9 @@ def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
             if tt >= 2:
                 q = builder.lshr(q, ir.Constant(_vb64, [4] * 64))
             h = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
-            shift = 4 - 2 * tt
-            h = builder.shl(h, ir.Constant(_vi, [shift] * 16)) if shift > 0 else (
-                builder.lshr(h, ir.Constant(_vi, [-shift] * 16)) if shift < 0 else h)
+            h = _shift_dwords(builder, h, 4 - 2 * tt)
             units.append(builder.or_(builder.and_(q, m15), builder.bitcast(builder.and_(h, bits45), _vb64)))
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
+        a = _two_dots(builder, units[0], xs[0], units[1], xs[1])
         return _halves_sum(builder, a)
 
     return i32x8(w, lo, hi, xq, e, t, group), codegen
@@ -370,11 +377,9 @@ def q3_k_group16(typingctx, w, qs, hm, xq, e, h, t, group):
             if tt:
                 q = builder.lshr(q, ir.Constant(_vi, [2 * tt] * 16))
             m = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
-            m = builder.shl(m, ir.Constant(_vi, [2 - bit] * 16)) if bit < 2 else (
-                builder.lshr(m, ir.Constant(_vi, [bit - 2] * 16)) if bit > 2 else m)
+            m = _shift_dwords(builder, m, 2 - bit)
             units.append(builder.bitcast(builder.or_(builder.and_(q, low2), builder.and_(m, bit2)), _vb64))
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, units[0], xs[0]), units[1], xs[1])
+        a = _two_dots(builder, units[0], xs[0], units[1], xs[1])
         return _halves_sum(builder, a)
 
     return i32x8(w, qs, hm, xq, e, h, t, group), codegen
@@ -391,9 +396,8 @@ def q8_block16(typingctx, w, qo, xq, e):
         xs = _x_pairs(context, builder, sig, args, 2)
         flip = ir.Constant(_vb64, [128] * 64)
         qs = [builder.xor(_load64(context, builder, sig, args, 0, 64 * p), flip) for p in range(4)]
-        zero = ir.Constant(_vi, None)
-        a = _dpbusd512(builder, _dpbusd512(builder, zero, qs[0], xs[0]), qs[2], xs[2])
-        b = _dpbusd512(builder, _dpbusd512(builder, zero, qs[1], xs[1]), qs[3], xs[3])
+        a = _two_dots(builder, qs[0], xs[0], qs[2], xs[2])
+        b = _two_dots(builder, qs[1], xs[1], qs[3], xs[3])
         return _halves_sum(builder, builder.add(a, b))
 
     return i32x8(w, qo, xq, e), codegen

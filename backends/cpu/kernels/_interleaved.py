@@ -34,7 +34,7 @@ from ..sync import first_share, next_share
 from . import formats as F
 from ._q8 import quantize_rows
 from ._rows import XC16, XC32, XD, XI32, deq_row
-from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
+from ._simd import (HAS_AVX2, HAS_VNNI, HAS_VNNI_512, HINT_BLOCKS_L1, HINT_K_L1, HINT_Q4_K, PREFETCH_BYTES, PREFETCH_BYTES_BLOCKS, PREFETCH_BYTES_K, PREFETCH_BYTES_K_L2, PREFETCH_BYTES_L1,
                     _dpbusd512, _h2f, _i8, _i16, _i32, _is_f32_array, _is_i8_array, _is_u8_array, _llvm_fn, _ptr, _sign_trick,
                     _fma, _splat, _vb32, _vb64, _vf8, _vi, _vi8, _vi32x32, b_or, dot_add, f32x8, i8x32, i32x8, offset_add, prefetch,
                     inlined, prefetch_l2, store_rows, vz8)
@@ -532,7 +532,7 @@ def hint_lines(code):
 
 @_exact
 def _hint_tile(code, wg, o):
-    # every line of the tile PREFETCH_BYTES past the one at `o` into L2, and for the 4- and 5-bit
+    # every line of the tile PREFETCH_BYTES_BLOCKS past the one at `o` into L2, and for the 4- and 5-bit
     # formats every line of the tile PREFETCH_BYTES_L1 past it into L1 (by then in L2). One hint
     # a tile into L1, as before, left the other lines to the hardware's prefetcher and held L1's
     # miss buffers on memory; the L2 hints took whole decode +7-11% on qwen2.5-coder:0.5b and
@@ -540,7 +540,7 @@ def _hint_tile(code, wg, o):
     # twenty-second sessions, Intel Xeon; on AMD's Zen the L1 ones cost more than they gave:
     # `HINT_BLOCKS_L1`)
     for j in range(hint_lines(code)):
-        prefetch_l2(wg, o + PREFETCH_BYTES + 64 * j)
+        prefetch_l2(wg, o + PREFETCH_BYTES_BLOCKS + 64 * j)
     if code != F.Q8_0 and HINT_BLOCKS_L1:
         for j in range(hint_lines(code)):
             prefetch(wg, o + PREFETCH_BYTES_L1 + 64 * j)

@@ -339,6 +339,12 @@ PREFETCH_BYTES_K_L2 = 3072
 # the AVX2 one; Q6_K keeps its L2 hints (without them its AVX2 path fell 45-47 -> 31-48; L2 alone
 # 49-54).
 HINT_BLOCKS_L1: bool = not HOST_IS_ZEN
+# On Zen the block kernels' L2 hints (`token_rows`) go this far ahead. A thread has at most the
+# hinted bytes in flight, so 4 KiB at ~130 ns a loaded miss capped it near 31 GB/s: smollm2:135m's
+# matmuls held at 59-63 GB/s in the minutes this host's memory read 90-116, and at 8-16 KiB they
+# reached 67-72 there; in slower minutes, and on gemma3:270m and qwen2.5-coder:0.5b, the distance
+# changed nothing (AMD EPYC, Zen 5; docs/performance.md, twenty-seventh session)
+PREFETCH_BYTES_BLOCKS: int = 12288 if HOST_IS_ZEN else PREFETCH_BYTES
 HINT_Q4_K: bool = not HOST_IS_ZEN
 HINT_K_L1: bool = not HOST_IS_ZEN
 # the intrinsic's name mangles the pointer type: typed i8* before LLVM 17, opaque after

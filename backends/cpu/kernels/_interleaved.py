@@ -532,8 +532,8 @@ def hint_lines(code):
 
 @_exact
 def _hint_tile(code, wg, o):
-    # every line of the tile PREFETCH_BYTES_BLOCKS past the one at `o` into L2, and for the 4- and 5-bit
-    # formats every line of the tile PREFETCH_BYTES_L1 past it into L1 (by then in L2). One hint
+    # every line of the tile PREFETCH_BYTES_BLOCKS past the one at `o` into L2, and for the 4- and
+    # 5-bit formats every line of the tile PREFETCH_BYTES_L1 past it into L1 (by then in L2). One hint
     # a tile into L1, as before, left the other lines to the hardware's prefetcher and held L1's
     # miss buffers on memory; the L2 hints took whole decode +7-11% on qwen2.5-coder:0.5b and
     # +6-12% on gemma3:270m, the L1 ones Q5_0 +6% more (docs/performance.md, twenty-first and

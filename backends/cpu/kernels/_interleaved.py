@@ -327,6 +327,17 @@ def nib5_run16(typingctx, w, qo, ho, xq, e, shift, run):
     return i32x8(w, qo, ho, xq, e, shift, run), codegen
 
 
+def _group16(context, builder, sig, args, g, unit):
+    """The summed dots of steps 4g..4g+3 of a K-quant run in two 512-bit steps (`q6_k_group16`,
+    `q3_k_group16`): step pair i (0, 1) is `unit(q, h)` of the 64 bytes at w[args[1] + 128g + 64i:]
+    and at w[args[2] + 128g + 64i:], against x pair 2g + i of x[args[4]:] (args 0, 1, 2, 3, 4: w,
+    quant offset, high-bit offset, xq, e)."""
+    xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
+    units = [unit(_load64(context, builder, sig, args, 0, 128 * g + 64 * i),
+                  _load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2)) for i in range(2)]
+    return _halves_sum(builder, _two_dots(builder, units[0], xs[0], units[1], xs[1]))
+
+
 @intrinsic
 def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
     """Steps 4g..4g+3 (g = `group`) of a Q6_K run in 512-bit steps: low four bits the nibbles
@@ -339,19 +350,16 @@ def q6_k_group16(typingctx, w, lo, hi, xq, e, t, group):
     tt, g = t.literal_value, group.literal_value
 
     def codegen(context, builder, sig, args):
-        xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
         m15 = ir.Constant(_vb64, [15] * 64)
         bits45 = ir.Constant(_vi, [0x30303030] * 16)
-        units = []
-        for i in range(2):
-            q = _load64(context, builder, sig, args, 0, 128 * g + 64 * i)
+
+        def unit(q, h):
             if tt >= 2:
                 q = builder.lshr(q, ir.Constant(_vb64, [4] * 64))
-            h = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
-            h = _shift_dwords(builder, h, 4 - 2 * tt)
-            units.append(builder.or_(builder.and_(q, m15), builder.bitcast(builder.and_(h, bits45), _vb64)))
-        a = _two_dots(builder, units[0], xs[0], units[1], xs[1])
-        return _halves_sum(builder, a)
+            h = _shift_dwords(builder, builder.bitcast(h, _vi), 4 - 2 * tt)
+            return builder.or_(builder.and_(q, m15), builder.bitcast(builder.and_(h, bits45), _vb64))
+
+        return _group16(context, builder, sig, args, g, unit)
 
     return i32x8(w, lo, hi, xq, e, t, group), codegen
 
@@ -368,19 +376,17 @@ def q3_k_group16(typingctx, w, qs, hm, xq, e, h, t, group):
     tt, bit, g = t.literal_value, 4 * h.literal_value + t.literal_value, group.literal_value
 
     def codegen(context, builder, sig, args):
-        xs = _x_pairs(context, builder, sig, args, 3)[2 * g:2 * g + 2]
         low2 = ir.Constant(_vi, [0x03030303] * 16)
         bit2 = ir.Constant(_vi, [0x04040404] * 16)
-        units = []
-        for i in range(2):
-            q = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i), _vi)
+
+        def unit(q, m):
+            q = builder.bitcast(q, _vi)
             if tt:
                 q = builder.lshr(q, ir.Constant(_vi, [2 * tt] * 16))
-            m = builder.bitcast(_load64(context, builder, sig, args, 0, 128 * g + 64 * i, at=2), _vi)
-            m = _shift_dwords(builder, m, 2 - bit)
-            units.append(builder.bitcast(builder.or_(builder.and_(q, low2), builder.and_(m, bit2)), _vb64))
-        a = _two_dots(builder, units[0], xs[0], units[1], xs[1])
-        return _halves_sum(builder, a)
+            m = _shift_dwords(builder, builder.bitcast(m, _vi), 2 - bit)
+            return builder.bitcast(builder.or_(builder.and_(q, low2), builder.and_(m, bit2)), _vb64)
+
+        return _group16(context, builder, sig, args, g, unit)
 
     return i32x8(w, qs, hm, xq, e, h, t, group), codegen
 

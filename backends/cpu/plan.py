@@ -166,6 +166,7 @@ class CpuPlan:
                     buf = self.buffers[name]
                     self._free.setdefault(buf.shape[1], []).append(buf)
         self.dispatches_per_pass = len(self.steps)
+        self._logits_width = self._value(graph.output).shape[1]
         if self.program is not None:
             self.program.finish()
 
@@ -437,7 +438,7 @@ class CpuPlan:
                     step(p)
         elif self.program is not None and p.all_small and p.logits_small:
             if self.program.logits_direct:
-                logits = np.empty((len(p.rows), self._value(self.graph.output).shape[1]), np.float32)
+                logits = np.empty((len(p.rows), self._logits_width), np.float32)
                 self.program(p, logits)
                 return logits
             self.program(p)

@@ -127,6 +127,19 @@ def _f64_2d(table, k):
 
 
 @njit(cache=True)
+def _aim_row(table, k, out):
+    """Point row `k` of a table at the 2-D float32 array `out` (its address and shape)."""
+    table[k, 0] = out.ctypes.data
+    table[k, 1] = out.shape[0]
+    table[k, 2] = out.shape[1]
+
+
+@njit(cache=True)
+def _put_row(table, k, row):
+    table[k, :] = row
+
+
+@njit(cache=True)
 def _run(formats, ints, floats, bufs, weights, vecs, freqs, angles, kv, tokens, positions, seq_index, tables,
          pages, slots, rows, arange, n_tok, n_rows, angle_pass, serial):
     """Run instructions `ints`/`floats` for a pass of `n_tok` tokens, `n_rows` of them selected.
@@ -358,6 +371,7 @@ class Program:
         self._entry: Any = None
         self._team_entry: Any = None  # `team.run_team`, for the pieces that say so
         self._team_pieces: dict[int, list[Any]] = {}  # a stretch's (ints, floats, as a team) pieces
+        self._solo: tuple[np.ndarray, np.ndarray] | None = None  # the pieces where they are one team call
         self._arange = np.arange(plan.max_tokens, dtype=np.int64)
         self._python_bufs: set[int] = set()  # the buffers (by id) a Python step reads or writes
         self.logits_direct = False  # whether `__call__` may write the logits into a caller's array
@@ -579,6 +593,8 @@ class Program:
                                      bool(ready[a]) and team.parallel_loops(ints[a:b]) >= MIN_TEAM_LOOPS)
                                     for a, b in zip(cuts, cuts[1:])]
         teamed = [piece for pieces in self._team_pieces.values() for piece in pieces if piece[2]]
+        if len(self.segments) == 1 and len(self._team_pieces.get(0, ())) == 1 and teamed:
+            self._solo = teamed[0][:2]
         if not teamed:
             self._team_pieces = {}
             return
@@ -603,12 +619,14 @@ class Program:
         if logits is None:
             self._run_pass(p)
             return
+        # compiled, not `logits.ctypes.data`: each token runs this with cold caches (its weights
+        # have just streamed through them), where the ctypes helper costs ~20 us, this ~4 us
         bufs = self.tables[0]
-        bufs[self._logits_buf, :3] = (logits.ctypes.data, *logits.shape)
+        _aim_row(bufs, self._logits_buf, logits)
         try:
             self._run_pass(p)
         finally:  # the caller's array may go: no later pass may find it in the table
-            bufs[self._logits_buf] = self._logits_home
+            _put_row(bufs, self._logits_buf, self._logits_home)
 
     def _run_pass(self, p: Any) -> None:
         n = p.n
@@ -620,9 +638,13 @@ class Program:
             # the entry point does not check types: each array as compiled (int64, C-contiguous)
             per_pass = tuple(np.ascontiguousarray(a, np.int64) for a in
                              (p.tokens, p.positions, p.seq_index, p.tables, pages, p.slots, p.rows))
-        steps = self.plan.steps
         # a team while the threads it needs are there (a caller may have changed Numba's count)
         threads = self._team_threads() if self._team_entry is not None else 0
+        if self._solo is not None and threads > 1:  # a decode token's usual case: one team call
+            self._team_entry(self.formats, *self._solo, *self.tables, *per_pass, self._arange, n, n_rows,
+                             self.angle_pass, p.serial, self._team_state, *self._team_scratch, threads)
+            return
+        steps = self.plan.steps
         for k, segment in enumerate(self.segments):
             if isinstance(segment, int):
                 steps[segment](p)

@@ -38,6 +38,8 @@ class Forward:
         if seq.length + len(tokens) > self.n_ctx:
             raise ContextOverflowError(
                 f"{seq.length + len(tokens)} tokens exceed the context of {self.n_ctx}")
+        if len(tokens) == 1 and not all_logits:
+            return self._run_one(seq, tokens[0])
         outputs = []
         for start in range(0, len(tokens), self.ubatch):
             chunk = tokens[start:start + self.ubatch]
@@ -50,6 +52,25 @@ class Forward:
         if all_logits:
             return np.concatenate(outputs, axis=0)
         return outputs[-1][-1]
+
+    def _run_one(self, seq: SequenceKV, token: int) -> np.ndarray:
+        # a decode step: `run_many`'s batch for one token of one sequence, built without its
+        # per-chunk lists. Each token runs this with cold caches (its weights have just streamed
+        # through them), where every Python step costs several times its warm time
+        seq.reserve(1)
+        position = seq.length
+        batch = Batch(
+            tokens=np.array([token], np.int32),
+            positions=np.array([position], np.int32),
+            seq_index=np.zeros(1, np.int32),
+            page_tables=[seq.page_table()],
+            kv_lens=np.array([position + 1], np.int32),
+            logit_rows=np.zeros(1, np.int32),
+        )
+        logits = self.executable(batch)
+        self.passes += 1
+        seq.advance(1)
+        return logits[0]
 
     def run_many(self, chunks: Sequence[SequenceChunk], want_logits: bool = True) -> list[np.ndarray]:
         """One pass over several sequences at once (continuous batching, speculative verify).

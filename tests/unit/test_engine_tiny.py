@@ -62,3 +62,32 @@ def test_pages_are_returned_after_generation(tiny):
     tiny.generate("the cat", max_tokens=5)
     tiny.logits(IDS)
     assert tiny.pool.pages_in_use == before
+
+
+def test_one_token_pass_hands_the_backend_run_manys_batch(tiny_model_path):
+    # `Forward.run` builds a decode step's batch on a path of its own (`_run_one`): the backend
+    # must get what `run_many` would give it, and the sequence must move on the same way
+    m = llamay.load(tiny_model_path, backend="reference", n_ctx=64, page_size=4)
+    seen = []
+    executable = m.forward.executable
+    m.forward.executable = lambda batch: (seen.append(batch), executable(batch))[1]
+    ctx = m.context()
+    ctx.extend(IDS[:7])  # 7 tokens: the next one starts no page; then one that starts a page
+    twin = ctx.fork()
+    for token in (IDS[7], IDS[8]):
+        seen.clear()
+        passes = m.forward.passes
+        one = m.forward.run(ctx.seq, [token])
+        many = m.forward.run_many([SequenceChunk(twin.seq, [token])])[0][-1]
+        assert m.forward.passes == passes + 2
+        fast, general = seen
+        for field in ("tokens", "positions", "seq_index", "kv_lens", "logit_rows"):
+            a, b = getattr(fast, field), getattr(general, field)
+            assert a.dtype == b.dtype and a.tolist() == b.tolist(), field
+        (a,), (b,) = fast.page_tables, general.page_tables
+        # the forks' tables differ where one copied a shared page on write: each its own
+        assert a.dtype == b.dtype and a.tolist() == ctx.seq.pages and b.tolist() == twin.seq.pages
+        assert ctx.seq.length == twin.seq.length
+        np.testing.assert_array_equal(one, many)
+    ctx.close()
+    twin.close()

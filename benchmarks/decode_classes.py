@@ -57,31 +57,15 @@ def matmul_classes(calls) -> dict[tuple[str, str], list[tuple[int, int]]]:
 
 def class_replay(calls, members: list[tuple[int, int]]):
     """A function that runs the recorded calls with only the matmul rows `members` (call, row)."""
-    plan = []
-    for c, (entry, (formats, ints, floats, *rest)) in enumerate(calls.calls):
-        rows = [i for cc, i in members if cc == c]
-        if rows:
-            plan.append((entry, formats, np.ascontiguousarray(ints[rows]), np.ascontiguousarray(floats[rows]), rest))
-
-    def run() -> None:
-        for entry, formats, ints, floats, rest in plan:
-            entry(formats, ints, floats, *rest)
-
-    return run
+    chosen = set(members)
+    return calls.replay(lambda c, ints: np.array([(c, i) in chosen for i in range(ints.shape[0])], bool))
 
 
 def class_arrays(calls, program, members: list[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
     """(table, groups) as `decode_ceiling.decode_arrays` gives them, for the matmuls `members`."""
-    from llamay_backends.cpu import program as P
-
     rows, groups = [], [0]
     for c, i in members:
-        ints = calls.calls[c][1][1]
-        for col in (P.W, P.W2, P.W3):
-            k = int(ints[i, col])
-            a = program.weights.arrays[k] if k >= 0 else None
-            if a is not None and a.size:
-                rows.append((a.ctypes.data, a.nbytes))
+        rows += [(a.ctypes.data, a.nbytes) for _, a in decode_ceiling.matmul_arrays(program, calls.calls[c][1][1][i])]
         groups.append(len(rows))
     return np.array(rows, np.int64).reshape(-1, 2), np.array(groups, np.int64)
 
